@@ -148,6 +148,9 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "GET /callback?token_type=bearer&expires_in=3600",
         '{"token_type": "Bearer", "expires_in": 3600}',
         "tokenType: Bearer\nsecret_type: Opaque",
+        # a key that names a secret by its name (a Kubernetes volume, AWS Secrets Manager)
+        "volumes:\n- name: certs\n  secret:\n    secretName: tls-certs-2",
+        '{"secretName": "tls-certs-2", "SECRET_NAME": "prod/db/creds-1"}',
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:
