@@ -172,3 +172,22 @@ def test_a_sibling_secret_in_lines_of_arguments_read_entry_by_entry() -> None:
         read = got if isinstance(got, dict) else json.loads(got)
         assert n == 1 and read["lines"] == [*lines[:2], f"  value: {REDACTED}", lines[3]]
         assert redact_written(out, _PATTERNS) == (out, 0)
+
+
+def test_a_secret_under_its_key_opening_an_object_is_redacted_entry_by_entry() -> None:
+    """Read entry by entry, a value whose object a secret's key opens (Terraform's outputs)
+    is read with that key too, as the whole text reads it: the first entry of the object
+    and one after a short entry alike."""
+    outputs = json.loads(_TF_OUTPUT) | {"db_token": {"value": "tfTok-8e7d6c", "type": "string"}}
+    args = {"expect": "Enter password:", "timeout": 5, "outputs": outputs}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        read = got if isinstance(got, dict) else json.loads(got)
+        assert n == 2 and read["outputs"] == {
+            "db_password": {**outputs["db_password"], "value": REDACTED},
+            "db_token": {"value": REDACTED, "type": "string"},
+        }
+        assert redact_written(out, _PATTERNS) == (out, 0)
