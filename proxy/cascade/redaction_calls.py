@@ -148,15 +148,9 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
         elif not isinstance(into, dict):
             read, n = _read_back(node, patterns)
             read = REDACTED if read is _NO_JSON else read
-            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
-                read = _by_siblings(into, at, node, patterns, openers.get(id(into)))
-                n = int(read is not node)
         else:
             entry, n = _read_back({at: node}, patterns)
-            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
-                read = _by_siblings(into, at, node, patterns, openers.get(id(into)))
-                n = int(read is not node)
-            elif isinstance(entry, Mapping) and len(entry) == 1:
+            if isinstance(entry, Mapping) and len(entry) == 1:
                 ((at, read),) = entry.items()
             else:
                 at, n = _read_key(at, patterns)
@@ -165,6 +159,9 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
                 # a secret
                 if isinstance(node, str):
                     read, n = REDACTED, n + 1
+        if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
+            read = _by_siblings(into, at, node, patterns, openers.get(id(into)))
+            n = int(read is not node)
         if isinstance(into, dict):
             at = _unused_key(into, at, places)
         into[at], total = read, total + n
@@ -193,8 +190,8 @@ def _by_siblings(
     before it in its object or array (``into``, as read so far), nearest first, up to three
     scalars: a value named by its sibling (``"name": "DB_PASSWORD"`` before ``"value": …``,
     or a YAML file's lines, ``- name: DB_PASSWORD`` before ``  value: …``), as the whole
-    text reads it; in an object, when they are all its entries before ``node``, under its
-    key (``opener``, None for one in an array or none): a value whose object a secret's key
+    text reads it; in an object, when they are all its entries before ``node``, under the
+    key it is the value of (``opener``; None at the top): a value whose object a secret's key
     opens (``"db_password": {"sensitive": true, "value": …}``). ``node`` itself when none of
     them redacts it, which one read of all three with it tells in most cases: a match with
     fewer is one with all of them."""
