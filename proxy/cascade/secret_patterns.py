@@ -83,6 +83,9 @@ _SECRET_VALUE = (
     + r"{1,500}))"
 )
 _AUTHORIZATION = "authorization"
+# A key written in words, as a password manager labels a field (``"label": "API Key"``,
+# ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
+_WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
 # an array too). Never a brace or a bracket: an entry of the next object is not this one's.
@@ -100,19 +103,21 @@ _OPENS = _QUOTE + "?" + _BLANK + r"{0,3}:" + _BLANK + r"{0,3}(?:\{|(?=[\r\n]|\\[
 # parameters (``Key``/``Value``, ``ParameterKey``/``ParameterValue``, the CLI's
 # ``Key=…,Value=…``), GitHub Actions and Terraform variables, a password manager's fields
 # (``"label": "password", "value": …``). An entry's text ends in a key of the keyed pass
-# (``_SECRET_KEY``, or the ``Authorization`` header), or is that key opening an object
-# (``_OPENS``), and the entry after it, or at most two short entries on, is a ``value``:
-# read as the keyed pass reads a value (``_SECRET_VALUE``). It begins at the secret's key,
-# so it is tried only where the keyed pass is, not at every ``name`` or ``key`` of a JSON
-# text. Every part is bounded, so each try reads a bounded distance on, and each run whose
-# next part never begins with one of its characters (the key's suffix, ``_BETWEEN``, an
-# entry's key and scalar) is possessive (``+``): a try that fails does not step back
-# through it a character at a time.
+# (``_SECRET_KEY``, the ``Authorization`` header, or one in words: ``_WORDS_KEY``), or is
+# that key opening an object (``_OPENS``), and the entry after it, or at most two short
+# entries on, is a ``value``: read as the keyed pass reads a value (``_SECRET_VALUE``). It
+# begins at the secret's key, so it is tried only where the keyed pass is (or a key in
+# words), not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
+# try reads a bounded distance on, and each run whose next part never begins with one of
+# its characters (the key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive
+# (``+``): a try that fails does not step back through it a character at a time.
 _SIBLING = (
     r"(?i)(?:"
     + _SECRET_KEY
     + "|"
     + _AUTHORIZATION
+    + "|"
+    + _WORDS_KEY
     + ")"
     + f"(?:{_OPENS})?"
     + _BETWEEN

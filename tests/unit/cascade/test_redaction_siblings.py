@@ -69,6 +69,10 @@ _K8S_YAML = """    env:
         ("aws ec2 create-tags --tags Key=api_token,Value=tok-93jf83", "tok-93jf83"),
         ('{"id": "password", "type": "CONCEALED", "label": "password", "value": "Xq7!"}', "Xq7!"),
         ("- key: 'SECRET_KEY'\n  value: 'abc 123'\n", "abc 123"),
+        # a password manager's field labelled in words (``API Key[concealed]=…``)
+        ('{"type": "CONCEALED", "label": "API Key", "value": "q8ZrT2mW-1p"}', "q8ZrT2mW-1p"),
+        ('{"label": "Secret Key", "value": "A3-ASWWYB-798JRY"}', "A3-ASWWYB-798JRY"),
+        ("- label: private key\n  value: xK9-22mQ\n", "xK9-22mQ"),
         # a secret's key whose value is an object holding it: Terraform's outputs
         (_TF_OUTPUT, "tfPw-93jf83"),
         ('"outputs": {"db_password": {"value": "tfPw-93jf83", "type": "string"}}', "tfPw-93jf83"),
@@ -100,6 +104,9 @@ def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> Non
         # a schema's object under a secret's key, and an empty secret before a value
         '{"password": {"type": "string", "description": "x"}, "value": {"type": "integer"}}',
         '{"password": "", "value": "unrelated"}',
+        # a label in words that only begins with one: what the key is, not the key
+        '{"label": "API Key ID", "value": "kid-123"}',
+        "Your API key: see below\nvalue: 3",
     ],
 )
 def test_no_sibling_secret_is_altered(text: str) -> None:
