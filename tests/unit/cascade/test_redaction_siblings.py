@@ -69,6 +69,8 @@ _K8S_YAML = """    env:
         ("aws ec2 create-tags --tags Key=api_token,Value=tok-93jf83", "tok-93jf83"),
         ('{"id": "password", "type": "CONCEALED", "label": "password", "value": "Xq7!"}', "Xq7!"),
         ("- key: 'SECRET_KEY'\n  value: 'abc 123'\n", "abc 123"),
+        # a quoted number is a value, as after a key (a PIN is quoted digits too)
+        ('{"name": "MAX_TOKENS", "value": "4096"}', "4096"),
         # a password manager's field labelled in words (``API Key[concealed]=…``)
         ('{"type": "CONCEALED", "label": "API Key", "value": "q8ZrT2mW-1p"}', "q8ZrT2mW-1p"),
         ('{"label": "Secret Key", "value": "A3-ASWWYB-798JRY"}', "A3-ASWWYB-798JRY"),
