@@ -151,6 +151,10 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         # a key that names a secret by its name (a Kubernetes volume, AWS Secrets Manager)
         "volumes:\n- name: certs\n  secret:\n    secretName: tls-certs-2",
         '{"secretName": "tls-certs-2", "SECRET_NAME": "prod/db/creds-1"}',
+        # an AWS service and its secret's ARN: an IAM policy's action and resource
+        '{"Action": ["secretsmanager:GetSecretValue"], "Resource": '
+        '"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf"}',
+        "Action: secretsmanager:GetSecretValue",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:
