@@ -14,8 +14,9 @@ __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 REDACTED = "[REDACTED]"
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
+# ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token.
 _KEYWORD = (
-    r"(?:passw(?:or)?d|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"(?:passw(?:or)?d|pwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|private[_-]?key"
     r"|auth[_-]?key|credentials?)"
 )
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,

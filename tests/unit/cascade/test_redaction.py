@@ -155,6 +155,9 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         '{"Action": ["secretsmanager:GetSecretValue"], "Resource": '
         '"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf"}',
         "Action: secretsmanager:GetSecretValue",
+        # what tokenizes text holds no token (a Hugging Face tokenizer_config.json)
+        '{"tokenizer_class": "LlamaTokenizerFast", "tokenizer": "meta-llama/Llama-3-8B"}',
+        "tokenization: cl100k_base",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:

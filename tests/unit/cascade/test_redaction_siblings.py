@@ -95,6 +95,7 @@ def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> Non
         '{"name": "use_token", "value": true}',
         '{"name": "token_type", "value": "bearer"}',
         '{"name": "SECRET_NAME", "value": "prod/db/creds-1"}',
+        '{"name": "tokenizer", "value": "cl100k_base"}',
         '{"name": "hostname", "value": "db"}, {"name": "x"}',
         # the secret lives elsewhere: its reference is no secret
         '{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password"}}}',
