@@ -71,7 +71,7 @@ _NOT_A_VALUE = (
 # a Kubernetes volume's ``secretName: tls-certs``, ``SECRET_NAME=prod/db``), or is AWS's
 # service or an ARN's resource type, whose colons are no separators
 # (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``).
-_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager)(?<!:secret)"
+_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager|:secret)"
 # The value after a secret's key and its separator: a quoted one whole (in JSON text, between
 # its escaped quotes: never the backslash alone, which would let the value through and leave
 # the text JSON no longer), an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``),
