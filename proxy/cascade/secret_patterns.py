@@ -72,13 +72,16 @@ _NOT_A_VALUE = (
 # service or an ARN's resource type, whose colons are no separators
 # (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``).
 _SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager|:secret)"
-# The value after a secret's key and its separator: a quoted one whole (in JSON text, between
-# its escaped quotes: never the backslash alone, which would let the value through and leave
-# the text JSON no longer), an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``),
-# never one already redacted.
+# The value after a secret's key and its separator: a quoted one whole, to its closing quote
+# past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string), else to
+# its first quote (a Windows path's ``"C:\"``); in JSON text, between its escaped quotes:
+# never the backslash alone, which would let the value through and leave the text JSON no
+# longer; an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one
+# already redacted.
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])"
-    + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
+    + r"(?:\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}|[^\"\n]{1,500})\""
+    + r"|'(?P<secret2>[^'\n]{1,500})'|"
     + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
