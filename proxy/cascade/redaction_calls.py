@@ -126,6 +126,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
     block = _Block(value, patterns)
     places: dict[int, int] = {}
+    openers: dict[int, Any] = {}  # an object's key in the object holding it
     total = 0
     while stack:
         into, at, node = stack.pop()
@@ -134,6 +135,7 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
             if isinstance(into, dict):
                 at, n = _read_key(at, patterns)
                 at, total = _unused_key(into, at, places), total + n
+                openers[id(made)] = at
             into[at] = made
             entries = enumerate(node) if isinstance(node, list) else node.items()
             stack.extend((made, k, v) for k, v in reversed(list(entries)))
@@ -146,15 +148,9 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
         elif not isinstance(into, dict):
             read, n = _read_back(node, patterns)
             read = REDACTED if read is _NO_JSON else read
-            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
-                read = _by_siblings(into, at, node, patterns)
-                n = int(read is not node)
         else:
             entry, n = _read_back({at: node}, patterns)
-            if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
-                read = _by_siblings(into, at, node, patterns)
-                n = int(read is not node)
-            elif isinstance(entry, Mapping) and len(entry) == 1:
+            if isinstance(entry, Mapping) and len(entry) == 1:
                 ((at, read),) = entry.items()
             else:
                 at, n = _read_key(at, patterns)
@@ -163,6 +159,9 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
                 # a secret
                 if isinstance(node, str):
                     read, n = REDACTED, n + 1
+        if n == 0 and isinstance(node, str):  # unnamed alone: named by a sibling?
+            read = _by_siblings(into, at, node, patterns, openers.get(id(into)))
+            n = int(read is not node)
         if isinstance(into, dict):
             at = _unused_key(into, at, places)
         into[at], total = read, total + n
@@ -184,13 +183,18 @@ def _unused_key(into: dict[Any, Any], key: Any, places: dict[int, int]) -> Any:
     return f"{key} ({place})"
 
 
-def _by_siblings(into: Any, at: Any, node: str, patterns: Sequence[re.Pattern[str]]) -> Any:
+def _by_siblings(
+    into: Any, at: Any, node: str, patterns: Sequence[re.Pattern[str]], opener: Any = None
+) -> Any:
     """``node``, the string at ``at`` that read alone holds no secret, read after the entries
     before it in its object or array (``into``, as read so far), nearest first, up to three
     scalars: a value named by its sibling (``"name": "DB_PASSWORD"`` before ``"value": …``,
     or a YAML file's lines, ``- name: DB_PASSWORD`` before ``  value: …``), as the whole
-    text reads it. ``node`` itself when none of them redacts it, which one read of all three
-    with it tells in most cases: a match with fewer is one with all of them."""
+    text reads it; in an object, when they are all its entries before ``node``, under the
+    key it is the value of (``opener``; None at the top): a value whose object a secret's key
+    opens (``"db_password": {"sensitive": true, "value": …}``). ``node`` itself when none of
+    them redacts it, which one read of all three with it tells in most cases: a match with
+    fewer is one with all of them."""
     if isinstance(into, dict):
         before = list(islice(reversed(into.items()), _SIBLINGS))
     else:
@@ -199,7 +203,13 @@ def _by_siblings(into: Any, at: Any, node: str, patterns: Sequence[re.Pattern[st
     for count in (len(scalars), *range(1, len(scalars))):
         window = scalars[:count][::-1]
         if isinstance(into, dict):
-            read, n = _read_back({**dict(window), at: node}, patterns)
+            entries = {**dict(window), at: node}
+            if opener is None or count < len(into):
+                read, n = _read_back(entries, patterns)
+            else:  # under its key: read back as one entry, whatever the key reads as
+                read, n = _read_back({opener: entries}, patterns)
+                one = isinstance(read, Mapping) and len(read) == 1
+                read = next(iter(read.values())) if one else None
             ok = isinstance(read, Mapping) and len(read) == count + 1
             found = read.get(str(at), node) if ok else node
         else:

@@ -14,8 +14,9 @@ __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 REDACTED = "[REDACTED]"
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
+# ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token.
 _KEYWORD = (
-    r"(?:passw(?:or)?d|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"(?:passw(?:or)?d|pwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|private[_-]?key"
     r"|auth[_-]?key|credentials?)"
 )
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
@@ -65,16 +66,22 @@ _NOT_A_VALUE = (
 )
 
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
-# (``DB_PASSWORD``, ``api_key_v2``), unless that names the secret's kind, not the secret
-# (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``).
-_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type)"
-# The value after a secret's key and its separator: a quoted one whole (in JSON text, between
-# its escaped quotes: never the backslash alone, which would let the value through and leave
-# the text JSON no longer), an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``),
-# never one already redacted.
+# (``DB_PASSWORD``, ``api_key_v2``), unless that names the secret's kind or the secret by its
+# name, not the secret (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``,
+# a Kubernetes volume's ``secretName: tls-certs``, ``SECRET_NAME=prod/db``), or is AWS's
+# service or an ARN's resource type, whose colons are no separators
+# (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``).
+_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager|:secret)"
+# The value after a secret's key and its separator: a quoted one whole, to its closing quote
+# past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string), else to
+# its first quote (a Windows path's ``"C:\"``); in JSON text, between its escaped quotes:
+# never the backslash alone, which would let the value through and leave the text JSON no
+# longer; an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one
+# already redacted.
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])"
-    + r"(?:\"(?P<secret>[^\"\n]{1,500})\"|'(?P<secret2>[^'\n]{1,500})'|"
+    + r"(?:\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}|[^\"\n]{1,500})\""
+    + r"|'(?P<secret2>[^'\n]{1,500})'|"
     + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
@@ -82,22 +89,31 @@ _SECRET_VALUE = (
     + r"{1,500}))"
 )
 _AUTHORIZATION = "authorization"
+# A key written in words, as a password manager labels a field (``"label": "API Key"``,
+# ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
+_WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
 # an array too). Never a brace or a bracket: an entry of the next object is not this one's.
 _BETWEEN = r"(?:[\s,\"']|\\[nrt\"]){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
+# A secret's key whose value is an object, or in YAML the lines under it, holding the secret
+# as its ``value`` (Terraform's outputs: ``"db_password": {"sensitive": true, "value": …}``):
+# its separator then a brace or a line's end, never a scalar, so a key's own value
+# (``"password": "", "value": …``) names nothing after it.
+_OPENS = _QUOTE + "?" + _BLANK + r"{0,3}:" + _BLANK + r"{0,3}(?:\{|(?=[\r\n]|\\[rn]))"
 # A secret keyed by its sibling entry, as lists of name/value pairs hold them: a Kubernetes
 # ``env`` (``- name: DB_PASSWORD`` above ``value: …`` as kubectl prints it), HAR headers
 # (``{"name": "Authorization", "value": "Basic …"}``), AWS tags and CloudFormation
 # parameters (``Key``/``Value``, ``ParameterKey``/``ParameterValue``, the CLI's
 # ``Key=…,Value=…``), GitHub Actions and Terraform variables, a password manager's fields
 # (``"label": "password", "value": …``). An entry's text ends in a key of the keyed pass
-# (``_SECRET_KEY``, or the ``Authorization`` header), and the entry after it, or at most
-# two short entries on, is a ``value``: read as the keyed pass reads a value
-# (``_SECRET_VALUE``). It begins at the secret's key, so it is tried only where the keyed
-# pass is, not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
+# (``_SECRET_KEY``, the ``Authorization`` header, or one in words: ``_WORDS_KEY``), or is
+# that key opening an object (``_OPENS``), and the entry after it, or at most two short
+# entries on, is a ``value``: read as the keyed pass reads a value (``_SECRET_VALUE``). It
+# begins at the secret's key, so it is tried only where the keyed pass is (or a key in
+# words), not at every ``name`` or ``key`` of a JSON text. Every part is bounded, so each
 # try reads a bounded distance on, and each run whose next part never begins with one of
 # its characters (the key's suffix, ``_BETWEEN``, an entry's key and scalar) is possessive
 # (``+``): a try that fails does not step back through it a character at a time.
@@ -106,7 +122,10 @@ _SIBLING = (
     + _SECRET_KEY
     + "|"
     + _AUTHORIZATION
+    + "|"
+    + _WORDS_KEY
     + ")"
+    + f"(?:{_OPENS})?"
     + _BETWEEN
     + f"(?:{_ENTRY}){{0,2}}"
     + r"(?:parameter)?value"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -148,6 +149,16 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "GET /callback?token_type=bearer&expires_in=3600",
         '{"token_type": "Bearer", "expires_in": 3600}',
         "tokenType: Bearer\nsecret_type: Opaque",
+        # a key that names a secret by its name (a Kubernetes volume, AWS Secrets Manager)
+        "volumes:\n- name: certs\n  secret:\n    secretName: tls-certs-2",
+        '{"secretName": "tls-certs-2", "SECRET_NAME": "prod/db/creds-1"}',
+        # an AWS service and its secret's ARN: an IAM policy's action and resource
+        '{"Action": ["secretsmanager:GetSecretValue"], "Resource": '
+        '"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf"}',
+        "Action: secretsmanager:GetSecretValue",
+        # what tokenizes text holds no token (a Hugging Face tokenizer_config.json)
+        '{"tokenizer_class": "LlamaTokenizerFast", "tokenizer": "meta-llama/Llama-3-8B"}',
+        "tokenization: cl100k_base",
     ],
 )
 def test_non_secrets_are_left_alone(text: str) -> None:
@@ -299,3 +310,16 @@ def test_a_refusal_is_redacted_as_the_content_is() -> None:
     assert out["content"][0] is text
     calm = {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "refusal": "no"}
     assert redact_written(calm, patterns) == (calm, 0) and redact_written(calm, patterns)[0] is calm
+
+
+def test_a_quoted_value_holding_escaped_quotes_is_redacted_whole() -> None:
+    """A secret's quoted value read to its closing quote, past the quotes it escapes: AWS
+    Secrets Manager's ``SecretString`` is JSON in a string, whose keys need not name a
+    secret (``"pass"``), so read to its first escaped quote it let them through and left
+    the text no JSON."""
+    answer = {"Name": "prod/db", "SecretString": json.dumps({"user": "admin", "pass": "hunter2x"})}
+    text = json.dumps(answer, indent=4)
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and json.loads(out) == {**answer, "SecretString": REDACTED}
+    # a value that ends in a backslash still ends at its quote
+    assert redact('token: "C:\\"\n', PATTERNS) == (f'token: "{REDACTED}"\n', 1)

@@ -54,6 +54,7 @@ _CASES = {
     "header_list": ('[{"name": "Authorization", "value": "Basic dXNlcjpwYXNz"}]', "dXNlcjpwYXNz"),
     "aws_tags": ('{"Tags": [{"Key": "api_token", "Value": "tok-93jf83kd"}]}', "tok-93jf83kd"),
     "key_value": ("- key: NPM_TOKEN\n  value: 'Xk9mQ2vL7pR4'", "Xk9mQ2vL7pR4"),
+    "tf_output": ('{"db_password": {"sensitive": true, "value": "tfPw-93jf83"}}', "tfPw-93jf83"),
 }
 
 

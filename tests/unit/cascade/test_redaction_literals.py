@@ -45,7 +45,13 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("://",),
         ("bearer\t", "bearer "),
         ("authorization",),
-        tuple(sorted({*starts[-1], "authorization"})),  # a secret keyed by its sibling
+        # a secret keyed by its sibling, its key also in words (``"label": "API Key"``; the
+        # keyed pass's ``secret`` begins ``secret key``)
+        tuple(
+            sorted(
+                {*starts[-1], "authorization", "access key", "api key", "auth key", "private key"}
+            )
+        ),
         starts[-1],
     ]
     assert len(starts[6]) == 8 and "aws_secret_access_key" in starts[6]  # (?:_?) spelled out

@@ -33,6 +33,14 @@ _ENV = [
     {"name": "DB_PASSWORD", "value": "hunter2hunter2"},
     {"name": "LOG_LEVEL", "value": "debug"},
 ]
+# ``terraform output -json``: a sensitive output's value, under its name
+_TF_OUTPUT = """{
+  "db_password": {
+    "sensitive": true,
+    "type": "string",
+    "value": "tfPw-93jf83"
+  }
+}"""
 _K8S_YAML = """    env:
     - name: DB_PASSWORD
       value: hunter2hunter2
@@ -61,6 +69,16 @@ _K8S_YAML = """    env:
         ("aws ec2 create-tags --tags Key=api_token,Value=tok-93jf83", "tok-93jf83"),
         ('{"id": "password", "type": "CONCEALED", "label": "password", "value": "Xq7!"}', "Xq7!"),
         ("- key: 'SECRET_KEY'\n  value: 'abc 123'\n", "abc 123"),
+        # a quoted number is a value, as after a key (a PIN is quoted digits too)
+        ('{"name": "MAX_TOKENS", "value": "4096"}', "4096"),
+        # a password manager's field labelled in words (``API Key[concealed]=…``)
+        ('{"type": "CONCEALED", "label": "API Key", "value": "q8ZrT2mW-1p"}', "q8ZrT2mW-1p"),
+        ('{"label": "Secret Key", "value": "A3-ASWWYB-798JRY"}', "A3-ASWWYB-798JRY"),
+        ("- label: private key\n  value: xK9-22mQ\n", "xK9-22mQ"),
+        # a secret's key whose value is an object holding it: Terraform's outputs
+        (_TF_OUTPUT, "tfPw-93jf83"),
+        ('"outputs": {"db_password": {"value": "tfPw-93jf83", "type": "string"}}', "tfPw-93jf83"),
+        ("db_password:\n  sensitive: true\n  type: string\n  value: tfPw-93jf83\n", "tfPw-93jf83"),
     ],
 )
 def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> None:
@@ -76,6 +94,8 @@ def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> Non
         '{"name": "max_tokens", "value": 4096}',
         '{"name": "use_token", "value": true}',
         '{"name": "token_type", "value": "bearer"}',
+        '{"name": "SECRET_NAME", "value": "prod/db/creds-1"}',
+        '{"name": "tokenizer", "value": "cl100k_base"}',
         '{"name": "hostname", "value": "db"}, {"name": "x"}',
         # the secret lives elsewhere: its reference is no secret
         '{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password"}}}',
@@ -84,6 +104,12 @@ def test_a_value_named_by_its_sibling_is_redacted(text: str, secret: str) -> Non
         # two objects: the name of one does not key the value of the next
         '[{"name": "DB_PASSWORD"}, {"value": "unrelated"}]',
         "key = 'token'\nvalue = compute(key)\nname: password\nvalue: self.password",
+        # a schema's object under a secret's key, and an empty secret before a value
+        '{"password": {"type": "string", "description": "x"}, "value": {"type": "integer"}}',
+        '{"password": "", "value": "unrelated"}',
+        # a label in words that only begins with one: what the key is, not the key
+        '{"label": "API Key ID", "value": "kid-123"}',
+        "Your API key: see below\nvalue: 3",
     ],
 )
 def test_no_sibling_secret_is_altered(text: str) -> None:
@@ -155,4 +181,23 @@ def test_a_sibling_secret_in_lines_of_arguments_read_entry_by_entry() -> None:
         got = out["tool_calls"][0]["function"]["arguments"]
         read = got if isinstance(got, dict) else json.loads(got)
         assert n == 1 and read["lines"] == [*lines[:2], f"  value: {REDACTED}", lines[3]]
+        assert redact_written(out, _PATTERNS) == (out, 0)
+
+
+def test_a_secret_under_its_key_opening_an_object_is_redacted_entry_by_entry() -> None:
+    """Read entry by entry, a value whose object a secret's key opens (Terraform's outputs)
+    is read with that key too, as the whole text reads it: the first entry of the object
+    and one after a short entry alike."""
+    outputs = json.loads(_TF_OUTPUT) | {"db_token": {"value": "tfTok-8e7d6c", "type": "string"}}
+    args = {"expect": "Enter password:", "timeout": 5, "outputs": outputs}
+    for given in (args, json.dumps(args)):
+        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
+        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+        out, n = redact_written(msg, _PATTERNS)
+        got = out["tool_calls"][0]["function"]["arguments"]
+        read = got if isinstance(got, dict) else json.loads(got)
+        assert n == 2 and read["outputs"] == {
+            "db_password": {**outputs["db_password"], "value": REDACTED},
+            "db_token": {"value": REDACTED, "type": "string"},
+        }
         assert redact_written(out, _PATTERNS) == (out, 0)
