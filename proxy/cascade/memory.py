@@ -143,8 +143,8 @@ def _compat(fact: str) -> str:
 def read_form(text: str) -> str:
     """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: without format
     characters (zero-width spaces, joiners, soft hyphens) and with compatibility forms
-    (fullwidth letters, ligatures) as their plain characters. The extraction reads a span
-    so, redacted in this form, and is never shown a secret the fact check would see
+    (fullwidth letters, ligatures) as their plain characters. The extraction redacts a span's
+    messages in this form too, so it is never shown a secret the fact check would see
     through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
     if text.isascii():
         return text

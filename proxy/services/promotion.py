@@ -19,6 +19,7 @@ so a slow extraction holds none (issue 24).
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -99,10 +100,10 @@ async def promote(
 
 def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
     """``span`` as the extraction may read it: each message's role and its content's text
-    (``span_text`` renders no more: a call's arguments are not read), in the form the fact
-    check reads (``read_form``), redacted with the patterns a fact of the scope is checked
-    with (``job.memory_patterns``: the built-in ones even with the agent's redaction or
-    ``defaultPatterns`` off). A fact is checked for a secret's shape, not its value: the
+    (``span_text`` renders no more: a call's arguments are not read), redacted as sent and
+    in the form the fact check reads (``_shown``), with the patterns a fact of the scope is
+    checked with (``job.memory_patterns``: the built-in ones even with the agent's redaction
+    or ``defaultPatterns`` off). A fact is checked for a secret's shape, not its value: the
     fast model that read ``"password": "…"`` could restate the value in words no pattern
     reads, so it is never shown it. A span the compaction redacted already is marked once
     (no pattern reads ``[REDACTED]``).
@@ -115,10 +116,23 @@ def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
     for message in reversed(span):
         if held >= SPAN_TEXT_CHARS:
             break
-        body = read_form(content_text(message.get("content"), media=True))
-        read.append({"role": message.get("role"), "content": redact(body, job.memory_patterns)[0]})
+        body = _shown(content_text(message.get("content"), media=True), job.memory_patterns)
+        read.append({"role": message.get("role"), "content": body})
         held += len(read[-1]["content"])
     return read[::-1]
+
+
+def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
+    """``text`` redacted, and read in ``read_form`` only when that form shows a secret the
+    raw text hid: folding changes what legitimate text says (Persian without its non-joiner,
+    an emoji sequence without its joiners, ``10⁹`` as ``109``), and a fact the fast model
+    took from the folded form would be stored so."""
+    shown = redact(text, patterns)[0]
+    form = read_form(shown)
+    if form == shown:  # ASCII text, and most other text: nothing to fold
+        return shown
+    folded, hidden = redact(form, patterns)
+    return folded if hidden else shown
 
 
 async def _promote(

@@ -172,3 +172,24 @@ async def test_what_span_text_renders_of_any_role_is_redacted() -> None:
     await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
     [body] = upstream.bodies
     assert body["messages"][-1]["content"] == "[user]\nPASSWORD='[REDACTED]'"
+
+
+async def test_text_whose_read_form_holds_no_secret_is_read_as_sent() -> None:
+    """Folding changes what legitimate text says: Persian loses the non-joiner that spells
+    ``می‌خواهم``, an emoji family falls apart without its joiners, a flag of Scotland loses
+    its tags and ``10⁹`` reads ``109``; a fact the fast model took from that form would be
+    stored so. A message is read folded only when the fold shows a secret the raw text hid."""
+    scotland = "🏴" + "".join(chr(0xE0000 + ord(c)) for c in "gbsct") + "\U000e007f"
+    legit = f"می\u200cخواهم 👩\u200d👩\u200d👧 {scotland} 10⁹ ｶﾅ"
+    span = [
+        {"role": "user", "content": legit},
+        {"role": "tool", "content": f'ｐａｓｓｗｏｒｄ: "{SECRET}1" می\u200cخواهم'},
+    ]
+    job = _job(32000)
+    job.memory_patterns = compile_patterns(())
+    upstream = _Upstream()
+    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+    [body] = upstream.bodies
+    text = body["messages"][-1]["content"]
+    assert text.startswith(f"[user]\n{legit}\n\n[tool]\n"), text
+    assert SECRET not in text and text.count("[REDACTED]") == 1, text
