@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -57,8 +58,8 @@ class DatabaseUnavailable(RuntimeError):
 
 class UnreadableUrl(DatabaseUnavailable):
     """A database URL asyncpg cannot read (a port that is no number, another scheme, a
-    parameter it refuses): a setting to mend, which no retry does, unlike a server that
-    did not answer."""
+    parameter it refuses, a certificate file it names that does not load): a setting to
+    mend, which no retry does, unlike a server that did not answer."""
 
 
 class PoolerMismatch(DatabaseUnavailable):
@@ -258,11 +259,24 @@ async def connect(
         if isinstance(exc, TimeoutError) and not str(exc):  # asyncpg's says nothing
             reason = f"TimeoutError: no answer within {kwargs.get('timeout', 60):g} s"
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
-        unread = isinstance(exc, ValueError)  # asyncpg's ClientConfigurationError is one
+        # asyncpg's ClientConfigurationError is a ValueError; a certificate file that does not
+        # load is an OSError raised while it reads the URL, before any server is asked
+        unread = isinstance(exc, ValueError) or _reading_url(exc.__traceback__)
         raise (UnreadableUrl if unread else DatabaseUnavailable)(
             f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
             getattr(exc, "sqlstate", None),
         ) from None
+
+
+def _reading_url(tb: TracebackType | None) -> bool:
+    """Whether the traceback ``tb`` passes through asyncpg's reading of the connection's
+    settings (the URL and the files it names), where an error is a setting to mend: the
+    same FileNotFoundError is a Unix socket not there yet when it is raised connecting."""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_parse_connect_arguments":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 # json and jsonb travel in PostgreSQL's binary format: a json value is its UTF-8 text, a

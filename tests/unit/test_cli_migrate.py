@@ -197,6 +197,27 @@ def test_a_database_url_that_is_none_is_a_setting_to_mend(
     assert "(--database-url): " in capsys.readouterr().err
 
 
+def test_a_certificate_the_url_names_that_does_not_load_is_a_setting_to_mend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A certificate file the URL names that is missing or no certificate was said as a
+    database that did not answer, 3, which a script retries for ever; asyncpg reads it before
+    it asks any server. A Unix socket not there yet, the same FileNotFoundError, stays 3."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("no certificate")
+    for query in (
+        f"sslmode=verify-ca&sslrootcert={tmp_path / 'missing.pem'}",
+        f"sslmode=require&sslcert={junk}&sslkey={junk}",
+    ):
+        url = f"postgresql://u@127.0.0.1:1/d?{query}"
+        assert cli.main(["migrate", "--database-url", url]) == 2, capsys.readouterr().err
+        assert "(--database-url): " in capsys.readouterr().err
+    socket = f"postgresql://u@/d?host={tmp_path}&port=1"
+    assert cli.main(["migrate", "--database-url", socket]) == EXIT_UNREACHABLE
+    assert "FileNotFoundError" in capsys.readouterr().err
+
+
 class _LostConnection:
     """A connection whose server goes away at the ``fail_at``-th statement (a restart, a
     ``pg_terminate_backend``), as asyncpg reports it."""
