@@ -296,3 +296,6 @@ def test_help_names_migrates_exit_statuses(capsys: pytest.CaptureFixture[str]) -
         cli.main(["migrate", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "2 a setting to mend" in out and f"{EXIT_UNREACHABLE} a database that did" in out, out
+    # each setting that exits 2 is named (DataDirUnusable, PoolerMismatch, UnreadableUrl's)
+    for setting in ("CASCADE_DATA_DIR", "CASCADE_DB_POOLER", "a certificate"):
+        assert setting in out, out
