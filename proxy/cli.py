@@ -149,9 +149,9 @@ def _parser() -> argparse.ArgumentParser:
         help="apply database migrations and exit",
         description="Apply pending database migrations and exit.",
         epilog="exit status: 0 applied (or none pending), 2 a setting to mend (the URL or a "
-        "certificate it names, the role, its password, the database name, a role that may not "
-        "migrate, CASCADE_DATA_DIR, CASCADE_DB_POOLER, no embedded server installed), 3 a "
-        "database that did not answer (worth a retry), 130 Ctrl-C",
+        "certificate it names, TLS the server refuses, the role, its password, the database "
+        "name, a role that may not migrate, CASCADE_DATA_DIR, CASCADE_DB_POOLER, no embedded "
+        "server installed), 3 a database that did not answer (worth a retry), 130 Ctrl-C",
     )
     migrate.add_argument("--database-url", help=_DATABASE_URL)
     sess = sub.add_parser(

@@ -34,7 +34,13 @@ from proxy.metrics import Metrics
 from proxy.pgembed import DataDirUnusable, EmbeddedUnavailable, require_embedded, start_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
-from proxy.store.db import DatabaseUnavailable, PoolerMismatch, UnreadableUrl, pooler_kwargs
+from proxy.store.db import (
+    DatabaseUnavailable,
+    PoolerMismatch,
+    TlsRefused,
+    UnreadableUrl,
+    pooler_kwargs,
+)
 from proxy.store.migrations import MigrationError, run_migrations
 from proxy.tracing_settings import check_tracing
 from proxy.transport import check_ca_files
@@ -77,12 +83,12 @@ _SETTING_STATES = ("28", "3D")
 
 def _database_status(exc: DatabaseUnavailable) -> int:
     """2 for a database a setting must mend, which no retry does: no embedded server
-    installed or no directory for it, a URL that cannot be read, a pooler
-    ``CASCADE_DB_POOLER`` does not name, a role or database the server refused; 3 for one
+    installed or no directory for it, a URL that cannot be read, TLS the server refuses, a
+    pooler ``CASCADE_DB_POOLER`` does not name, a role or database the server refused; 3 for one
     that did not answer or is not up yet (a refused connection, a timeout, a server
     starting or full), worth a retry as no proxy is for ``sessions``."""
     refused = (exc.sqlstate or "")[:2] in _SETTING_STATES
-    mend = EmbeddedUnavailable | DataDirUnusable | UnreadableUrl | PoolerMismatch
+    mend = EmbeddedUnavailable | DataDirUnusable | UnreadableUrl | PoolerMismatch | TlsRefused
     return 2 if refused or isinstance(exc, mend) else 3
 
 

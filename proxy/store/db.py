@@ -39,6 +39,7 @@ __all__ = [
     "unavailable_when_lost",
     "Pooler",
     "pooler_kwargs",
+    "TlsRefused",
 ]
 
 Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
@@ -60,6 +61,11 @@ class UnreadableUrl(DatabaseUnavailable):
     """A database URL asyncpg cannot read (a port that is no number, another scheme, a
     parameter it refuses, a certificate file it names that does not load): a setting to
     mend, which no retry does, unlike a server that did not answer."""
+
+
+class TlsRefused(DatabaseUnavailable):
+    """The server answered that it does no TLS, which the URL's ``sslmode`` requires: a
+    setting to mend (the sslmode, or the server's TLS), which it says to every retry."""
 
 
 class PoolerMismatch(DatabaseUnavailable):
@@ -262,7 +268,9 @@ async def connect(
         # asyncpg's ClientConfigurationError is a ValueError; a certificate file that does not
         # load is an OSError raised while it reads the URL, before any server is asked
         unread = isinstance(exc, ValueError) or _reading_url(exc.__traceback__)
-        raise (UnreadableUrl if unread else DatabaseUnavailable)(
+        refused = isinstance(exc, ConnectionError) and "rejected SSL upgrade" in str(exc)
+        kind = UnreadableUrl if unread else TlsRefused if refused else DatabaseUnavailable
+        raise kind(
             f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
             getattr(exc, "sqlstate", None),
         ) from None
