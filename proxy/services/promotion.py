@@ -126,7 +126,9 @@ def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
     """``text`` redacted, and read in ``read_form`` only when that form shows a secret the
     raw text hid: folding changes what legitimate text says (Persian without its non-joiner,
     an emoji sequence without its joiners, ``10⁹`` as ``109``), and a fact the fast model
-    took from the folded form would be stored so."""
+    took from the folded form would be stored so. The raw form is redacted first, so a
+    pattern only it matches (one written in fullwidth letters) is not undone by the fold;
+    a text whose fold changes it costs a second redaction."""
     shown = redact(text, patterns)[0]
     form = read_form(shown)
     if form == shown:  # ASCII text, and most other text: nothing to fold

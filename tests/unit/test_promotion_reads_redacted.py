@@ -193,3 +193,17 @@ async def test_text_whose_read_form_holds_no_secret_is_read_as_sent() -> None:
     text = body["messages"][-1]["content"]
     assert text.startswith(f"[user]\n{legit}\n\n[tool]\n"), text
     assert SECRET not in text and text.count("[REDACTED]") == 1, text
+
+
+async def test_a_secret_only_the_raw_form_shows_is_redacted_in_a_folded_message() -> None:
+    """A message read folded (its folded form holds a secret) is folded after its raw form
+    is redacted: a scope's pattern written in fullwidth letters matches the raw text alone,
+    and the fast model would read its value folded, in letters no check of a fact reads."""
+    job = _job(32000)
+    job.memory_patterns = compile_patterns(("ＡＣＭＥ-[0-9]+",))
+    span = [{"role": "user", "content": f'ＡＣＭＥ-123 ｐａｓｓｗｏｒｄ: "{SECRET}"'}]
+    upstream = _Upstream()
+    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+    [body] = upstream.bodies
+    text = body["messages"][-1]["content"]
+    assert "123" not in text and SECRET not in text and text.count("[REDACTED]") == 2, text
