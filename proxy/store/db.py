@@ -64,8 +64,10 @@ class UnreadableUrl(DatabaseUnavailable):
 
 
 class TlsRefused(DatabaseUnavailable):
-    """The server answered that it does no TLS, which the URL's ``sslmode`` requires: a
-    setting to mend (the sslmode, or the server's TLS), which it says to every retry."""
+    """The server answered the TLS request with no (it does no TLS, which the URL's
+    ``sslmode`` requires) or with what no PostgreSQL server says (another service on that
+    port): a setting to mend (the sslmode, the port, the server's TLS), which it says to
+    every retry."""
 
 
 class PoolerMismatch(DatabaseUnavailable):

@@ -223,28 +223,31 @@ def test_a_server_that_refuses_the_tls_the_url_requires_is_a_setting_to_mend(
 ) -> None:
     """``sslmode=require`` against a server (or pooler) without TLS, which answers the TLS
     request "N", was said as a database that did not answer, 3: it answered, and says the
-    same to every retry until the URL's sslmode or the server's TLS is mended."""
+    same to every retry until the URL's sslmode or the server's TLS is mended. So does
+    another service on the port (an HTTP server), which answers neither yes nor no, even to
+    the default sslmode, prefer."""
     import socket
     import threading
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
+    for answer, sslmode in ((b"N", "require"), (b"HTTP/1.1 400 Bad Request\r\n\r\n", "prefer")):
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
 
-    def answer_no_tls() -> None:
-        with listener:
-            conn, _ = listener.accept()
-            with conn:
-                conn.recv(8)  # the SSLRequest
-                conn.sendall(b"N")
-                conn.recv(1)
+        def reply(listener: socket.socket = listener, answer: bytes = answer) -> None:
+            with listener:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(8)  # the SSLRequest
+                    conn.sendall(answer)
+                    conn.recv(1)
 
-    served = threading.Thread(target=answer_no_tls, daemon=True)
-    served.start()
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    url = f"postgresql://u@127.0.0.1:{port}/d?sslmode=require"
-    assert cli.main(["migrate", "--database-url", url]) == 2
-    assert "rejected SSL upgrade" in capsys.readouterr().err
-    served.join(5)
+        served = threading.Thread(target=reply, daemon=True)
+        served.start()
+        monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+        url = f"postgresql://u@127.0.0.1:{port}/d?sslmode={sslmode}"
+        assert cli.main(["migrate", "--database-url", url]) == 2
+        assert "rejected SSL upgrade" in capsys.readouterr().err
+        served.join(5)
 
 
 class _LostConnection:
