@@ -145,18 +145,23 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
             f"the migrations' ledger (schema_migrations) cannot be made or read with the role"
             f" {setting} names: {type(exc).__name__}: {exc}"
         ) from exc
+    except (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+        # a lost socket, or asyncpg refusing a statement on the connection it closed
+        _raise_if_lost(exc, setting, conn)
+        raise
     return applied
 
 
-def _raise_if_lost(exc: asyncpg.PostgresError, setting: str) -> None:
+def _raise_if_lost(exc: Exception, setting: str, conn: asyncpg.Connection | None = None) -> None:
     """Raise a :class:`DatabaseUnavailable` for ``exc`` when it means the server went away
-    (a restart, a terminated backend): no fault of the role or of the migration, which a
-    later run, once the server is back, applies (``migrate`` exits 3 for it, not 2)."""
-    if connection_lost(exc):
+    (a restart, a terminated backend, a lost socket): no fault of the role or of the
+    migration, which a later run, once the server is back, applies (``migrate`` exits 3 for
+    it, not 2)."""
+    if connection_lost(exc, conn):
         raise DatabaseUnavailable(
             f"lost the connection to PostgreSQL ({setting}) while migrating: "
             f"{type(exc).__name__}: {exc}",
-            exc.sqlstate,
+            getattr(exc, "sqlstate", None),
         ) from exc
 
 

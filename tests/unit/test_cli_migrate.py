@@ -303,6 +303,39 @@ def test_a_connection_lost_while_migrating_is_a_database_to_try_again(
     assert "role" not in err and "failed" not in err, err
 
 
+@pytest.mark.parametrize("fail_at", [1, 7])
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionResetError(104, "Connection reset by peer"),
+        "InterfaceError",  # asyncpg refusing a statement on a connection that closed
+    ],
+)
+def test_a_connection_lost_as_no_server_error_is_a_database_to_try_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fail_at: int, error: Any
+) -> None:
+    """A lost socket reaches a statement as an OSError, or as asyncpg's InterfaceError once
+    the connection is closed, not as a server's error: migrate ended in a traceback, exit 1,
+    where a lost server is 3, a retry once it is back."""
+    import asyncpg
+
+    from proxy.store import migrations
+
+    if isinstance(error, str):
+        error = asyncpg.InterfaceError("cannot call Connection.execute(): connection is closed")
+    conn = _LostConnection(fail_at, error)
+
+    async def connected(dsn: str, **kwargs: Any) -> _LostConnection:
+        return conn
+
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
+    monkeypatch.setattr(migrations, "connect", connected)
+    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and type(error).__name__ in err and "(DATABASE_URL)" in err, err
+
+
 def test_a_data_directory_that_cannot_be_made_is_a_setting_to_mend(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
