@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 
 PATTERNS = compile_patterns(())
@@ -15,3 +17,26 @@ def test_a_value_ending_in_a_backslash_leaves_the_next_key_its_value() -> None:
     assert redact(text, PATTERNS) == (f'SECRET_DIR="{REDACTED}" API_KEY="{REDACTED}"\n', 2)
     text = 'token_value="C:\\keys\\" token="t0k3nvalue"'
     assert redact(text, PATTERNS) == (f'token_value="{REDACTED}" token="{REDACTED}"', 2)
+
+
+def _adversarial(k: int) -> str:
+    """Keys before quoted values that never close where an escaped quote would: lone
+    backslashes, escaped quotes, and runs of them with no closing quote after."""
+    return (
+        'password="\\' * 5_000 * k
+        + ('secret: "' + '\\" x' * 120 + '"y') * 50 * k
+        + ('token: "' + "\\\\" * 300 + '\\"' * 200) * 20 * k
+    )
+
+
+def test_reading_to_the_closing_quote_is_linear() -> None:
+    """Each quoted value is read a bounded distance, past escaped quotes and backslashes, so
+    four times the text costs about four times the CPU (backtracking would cost sixteen
+    times or far more); a ratio in one test, so a loaded machine does not fail it."""
+    costs = []
+    for k in (1, 4):
+        text = _adversarial(k)
+        start = time.process_time()  # CPU time: other processes on the machine do not count
+        redact(text, PATTERNS)
+        costs.append(time.process_time() - start)
+    assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 2.0, costs
