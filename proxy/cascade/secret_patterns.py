@@ -76,18 +76,21 @@ _SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager|:
 # past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string) when
 # what follows that quote ends a value (``_CLOSED``), else to its first quote (a Windows
 # path's ``"C:\keys\" API_KEY="…"``, whose next string's opening quote is no closing one:
-# read past it, the value swallowed the next key); in JSON text, between its escaped quotes:
-# never the backslash alone, which would let the value through and leave the text JSON no
-# longer; an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one
-# already redacted.
+# read past it, the value swallowed the next key); in JSON text, between its escaped quotes,
+# past those escaped twice (``\\\"``) the same way (``_CLOSED_ESCAPED``), never the
+# backslash alone, which would let the value through and leave the text JSON no longer; an
+# unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one already redacted.
 _CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
+_CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])"
     + r"(?:\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
     + _CLOSED
     + r"|[^\"\n]{1,500})\""
     + r"|'(?P<secret2>[^'\n]{1,500})'|"
-    + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+    + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
+    + _CLOSED_ESCAPED
+    + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
     + _VALUE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
@@ -26,6 +27,7 @@ def _adversarial(k: int) -> str:
         'password="\\' * 5_000 * k
         + ('secret: "' + '\\" x' * 120 + '"y') * 50 * k
         + ('token: "' + "\\\\" * 300 + '\\"' * 200) * 20 * k
+        + ('\\"api_key\\": \\"' + '\\\\\\" x' * 120 + "\\\\") * 50 * k
     )
 
 
@@ -40,3 +42,18 @@ def test_reading_to_the_closing_quote_is_linear() -> None:
         redact(text, PATTERNS)
         costs.append(time.process_time() - start)
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 2.0, costs
+
+
+def test_json_in_a_string_in_json_text_is_redacted_whole() -> None:
+    """In JSON text (a call's arguments) a SecretString's own quotes are escaped twice
+    (``\\"{\\\\\\"pass\\\\\\": …}\\"``): read to its first of them, the value's keys and the
+    password after them went upstream. Read to its closing quote, it is redacted whole; a
+    value ending in a backslash (``\\"C:\\\\\\"``) still ends at its quote."""
+    inner = json.dumps({"user": "admin", "password": "hunter2x"})
+    text = json.dumps({"cmd": json.dumps({"SecretString": inner, "Name": "prod/db"})})
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and "hunter2x" not in out
+    assert json.loads(json.loads(out)["cmd"]) == {"SecretString": REDACTED, "Name": "prod/db"}
+    text = json.dumps({"cmd": 'SECRET_DIR="C:\\keys\\" API_KEY="abc123def"'})
+    out, n = redact(text, PATTERNS)
+    assert json.loads(out)["cmd"] == f'SECRET_DIR="{REDACTED}" API_KEY="{REDACTED}"'
