@@ -70,8 +70,11 @@ _NOT_A_VALUE = (
 # name, not the secret (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``,
 # a Kubernetes volume's ``secretName: tls-certs``, ``SECRET_NAME=prod/db``), or is AWS's
 # service or an ARN's resource type, whose colons are no separators
-# (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``).
-_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager|:secret)"
+# (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``: a
+# ``:secret`` the name's own colon follows, where PowerShell's ``$env:SECRET = …`` is a key).
+_SECRET_KEY = (
+    _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager)(?!(?<=:secret):[^\s:=])"
+)
 # The value after a secret's key and its separator: a quoted one whole, to its closing quote
 # past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string) when
 # what follows that quote ends a value (``_CLOSED``), else to its first quote (a Windows
