@@ -70,19 +70,30 @@ _NOT_A_VALUE = (
 # name, not the secret (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``,
 # a Kubernetes volume's ``secretName: tls-certs``, ``SECRET_NAME=prod/db``), or is AWS's
 # service or an ARN's resource type, whose colons are no separators
-# (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``).
-_SECRET_KEY = _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager|:secret)"
+# (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``: a
+# ``:secret`` the name's own colon follows, where PowerShell's ``$env:SECRET = …`` is a key).
+_SECRET_KEY = (
+    _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager)(?!(?<=:secret):[^\s:=])"
+)
 # The value after a secret's key and its separator: a quoted one whole, to its closing quote
-# past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string), else to
-# its first quote (a Windows path's ``"C:\"``); in JSON text, between its escaped quotes:
-# never the backslash alone, which would let the value through and leave the text JSON no
-# longer; an unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one
-# already redacted.
+# past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string) when
+# what follows that quote ends a value (``_CLOSED``), else to its first quote (a Windows
+# path's ``"C:\keys\" API_KEY="…"``, whose next string's opening quote is no closing one:
+# read past it, the value swallowed the next key); in JSON text, between its escaped quotes,
+# past those escaped twice (``\\\"``) the same way (``_CLOSED_ESCAPED``), never the
+# backslash alone, which would let the value through and leave the text JSON no longer; an
+# unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one already redacted.
+_CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
+_CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])"
-    + r"(?:\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}|[^\"\n]{1,500})\""
+    + r"(?:\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
+    + _CLOSED
+    + r"|[^\"\n]{1,500})\""
     + r"|'(?P<secret2>[^'\n]{1,500})'|"
-    + r"\\\"(?P<secret4>(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+    + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
+    + _CLOSED_ESCAPED
+    + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
     + r"(?P<secret3>"
     + _VALUE

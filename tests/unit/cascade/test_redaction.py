@@ -108,6 +108,9 @@ def test_unterminated_pem_block_is_redacted() -> None:
             "git clone https://deploy:ghx9Qz71wLkd@git.example.com/r.git",
             f"git clone https://deploy:{REDACTED}@git.example.com/r.git",
         ),
+        # a key after a colon that is no ARN's resource type (PowerShell's environment)
+        ('$env:SECRET = "hunter2x"', f'$env:SECRET = "{REDACTED}"'),
+        ("$Env:Token=hunter2x", f"$Env:Token={REDACTED}"),
     ],
 )
 def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str) -> None:

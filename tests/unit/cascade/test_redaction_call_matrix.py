@@ -55,6 +55,9 @@ _CASES = {
     "aws_tags": ('{"Tags": [{"Key": "api_token", "Value": "tok-93jf83kd"}]}', "tok-93jf83kd"),
     "key_value": ("- key: NPM_TOKEN\n  value: 'Xk9mQ2vL7pR4'", "Xk9mQ2vL7pR4"),
     "tf_output": ('{"db_password": {"sensitive": true, "value": "tfPw-93jf83"}}', "tfPw-93jf83"),
+    # a quoted value read past the quotes it escapes, and one ending in a backslash
+    "secret_string": ('{"SecretString": "{\\"pass\\": \\"ssPw-93jf83\\"}"}', "ssPw-93jf83"),
+    "path_then_key": ('set SECRET_DIR="C:\\keys\\" API_KEY="Xk9mQ2vL7pR4"', "Xk9mQ2vL7pR4"),
 }
 
 

@@ -1,0 +1,59 @@
+"""A secret's quoted value, read to the quote that closes it past the ones it escapes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+
+PATTERNS = compile_patterns(())
+
+
+def test_a_value_ending_in_a_backslash_leaves_the_next_key_its_value() -> None:
+    """A Windows path ends in a backslash before its quote (``"C:\\keys\\"``): read past
+    that quote as an escaped one, the value ran on to the next string's opening quote and
+    swallowed the next key, whose own value then went upstream unredacted."""
+    text = 'SECRET_DIR="C:\\keys\\" API_KEY="abc123def"\n'
+    assert redact(text, PATTERNS) == (f'SECRET_DIR="{REDACTED}" API_KEY="{REDACTED}"\n', 2)
+    text = 'token_value="C:\\keys\\" token="t0k3nvalue"'
+    assert redact(text, PATTERNS) == (f'token_value="{REDACTED}" token="{REDACTED}"', 2)
+
+
+def _adversarial(k: int) -> str:
+    """Keys before quoted values that never close where an escaped quote would: lone
+    backslashes, escaped quotes, and runs of them with no closing quote after."""
+    return (
+        'password="\\' * 5_000 * k
+        + ('secret: "' + '\\" x' * 120 + '"y') * 50 * k
+        + ('token: "' + "\\\\" * 300 + '\\"' * 200) * 20 * k
+        + ('\\"api_key\\": \\"' + '\\\\\\" x' * 120 + "\\\\") * 50 * k
+    )
+
+
+def test_reading_to_the_closing_quote_is_linear() -> None:
+    """Each quoted value is read a bounded distance, past escaped quotes and backslashes, so
+    four times the text costs about four times the CPU (backtracking would cost sixteen
+    times or far more); a ratio in one test, so a loaded machine does not fail it."""
+    costs = []
+    for k in (1, 4):
+        text = _adversarial(k)
+        start = time.process_time()  # CPU time: other processes on the machine do not count
+        redact(text, PATTERNS)
+        costs.append(time.process_time() - start)
+    assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 2.0, costs
+
+
+def test_json_in_a_string_in_json_text_is_redacted_whole() -> None:
+    """In JSON text (a call's arguments) a SecretString's own quotes are escaped twice
+    (``\\"{\\\\\\"pass\\\\\\": …}\\"``): read to its first of them, the value's keys and the
+    password after them went upstream. Read to its closing quote, it is redacted whole; a
+    value ending in a backslash (``\\"C:\\\\\\"``) still ends at its quote."""
+    inner = json.dumps({"user": "admin", "password": "hunter2x"})
+    text = json.dumps({"cmd": json.dumps({"SecretString": inner, "Name": "prod/db"})})
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and "hunter2x" not in out
+    assert json.loads(json.loads(out)["cmd"]) == {"SecretString": REDACTED, "Name": "prod/db"}
+    text = json.dumps({"cmd": 'SECRET_DIR="C:\\keys\\" API_KEY="abc123def"'})
+    out, n = redact(text, PATTERNS)
+    assert json.loads(out)["cmd"] == f'SECRET_DIR="{REDACTED}" API_KEY="{REDACTED}"'
