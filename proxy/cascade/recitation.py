@@ -115,17 +115,29 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: append the turn's plan block (``step.answers["recitation"]``, which
     ``plan_block`` made at the turn's first step) to the last message when it is a user or
     tool message; otherwise, or without a plan, pass the messages on. Either way a plan a
-    view-resending client holds from an earlier step is left out (``_unrecited``)."""
+    view-resending client holds from an earlier step is left out (``_unrecited``), from the
+    messages before the last: the last is the client's new text, never one the proxy sent, so
+    a plan in it is the user's own, read as written (the turn's block byte for byte there is
+    not added twice)."""
     block = step.answers.get("recitation")
-    out = tuple(_unrecited(m) for m in messages)
+    out = (*(_unrecited(m) for m in messages[:-1]), *messages[-1:])
     if (
         not isinstance(block, str)
         or not block
         or not out
         or out[-1].get("role") not in _TARGET_ROLES
+        or _ends_with(out[-1], block)  # the turn's own block, resent: not doubled
     ):
         return StageResult(out)
     return StageResult((*out[:-1], append_block(out[-1], block)))
+
+
+def _ends_with(msg: Message, block: str) -> bool:
+    """Whether ``msg`` ends with ``block`` as :func:`append_block` puts it there."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        return bool(content) and content[-1] == {"type": "text", "text": block}
+    return isinstance(content, str) and (content == block or content.endswith("\n\n" + block))
 
 
 def _unrecited(msg: Message) -> Message:
