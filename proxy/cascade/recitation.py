@@ -20,9 +20,10 @@ system message, which some providers refuse at that position, nor an assistant p
 list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
 so the window row keeps the client's text and only the prompt carries the block. A client
 that resends the prompt it was sent holds a block in each user or tool message that was the
-tail at a step: a whole block as this stage renders it, ending such a message, is left out
-of the prompt (the row keeps it), so the prompt recites one plan and does not grow by one a
-step.
+tail at a step: a whole block as this stage renders it, ending such a message before the
+last, is left out of the prompt (the row keeps it), so the prompt recites one plan and does
+not grow by one a step. The last message is the client's new text, which the proxy never
+sent: a plan in it is the user's own and stays.
 """
 
 from __future__ import annotations
