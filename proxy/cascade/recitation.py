@@ -119,9 +119,11 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     view-resending client holds from an earlier step is left out (``_unrecited``), from the
     messages before the last: the last is the client's new text, never one the proxy sent, so
     a plan in it is the user's own, read as written (the turn's block byte for byte there is
-    not added twice)."""
+    not added twice). A session without a summary has had no plan recited, so none goes."""
     block = step.answers.get("recitation")
-    out = (*(_unrecited(m) for m in messages[:-1]), *messages[-1:])
+    out = messages
+    if step.summary is not None:  # without one no plan was recited: every block is the user's
+        out = (*(_unrecited(m) for m in messages[:-1]), *messages[-1:])
     if (
         not isinstance(block, str)
         or not block

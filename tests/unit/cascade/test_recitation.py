@@ -268,3 +268,13 @@ def test_the_latest_message_keeps_a_plan_the_user_wrote() -> None:
         assert "rewrite b.py first" in out.messages[-1]["content"]
     again = assemble(_step((system("s"), user("do\n\n" + PLAN))))
     assert again.messages[-1]["content"].endswith("\n\ndo\n\n" + PLAN)
+
+
+def test_a_session_without_a_summary_keeps_every_plan_its_user_wrote() -> None:
+    """The proxy recites only a summary's plan: with none, no block in any message is one it
+    rendered, so a plan in the proxy's form that the user wrote earlier stays too."""
+    own = "my plan:\n\n<plan>\n## Next Step\nrewrite b.py first\n</plan>"
+    window = (system("s"), user(own), assistant("ok"), user("go on"))
+    out = assemble(_step(window, summary=None))
+    assert out.messages[1]["content"] == own
+    assert recite(window, replace(_step(window, summary=None), answers={})).messages == window
