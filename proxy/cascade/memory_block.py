@@ -12,7 +12,8 @@ developer message (a new text part when its content is a list of parts), or, whe
 prompt starts with neither, as a system message of its own at the top. The window is not
 touched, so the block is never stored as a message a client sent. A first message that
 already holds a block this stage rendered (a client that resends the prompt it was sent)
-has it replaced where it stands by the current one, or left out with no block to send: it
+has it replaced where it stands by the current one, or left out with no block to send (a
+first message that is the block alone, the proxy's own system message resent, with it): it
 would otherwise pile up by one a request, or, once a fact changed, keep a deleted fact
 beside the block that dropped it.
 """
@@ -171,8 +172,9 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
         first = _replaced(messages[0], block)  # a client that resent the prompt it was sent
         if first is None:
             first = messages[0] if block is None else append_block(messages[0], block)
-        elif not first.get("content"):
-            first = messages[0]  # the block alone, none to send: not sent empty
+        elif not first.get("content"):  # the block alone, none to send: not sent empty
+            rest = tuple(range(1, len(messages)))
+            return StageResult(messages[1:], marks=Marks(source=rest))
         return StageResult((first, *messages[1:]))
     if block is None:
         return StageResult(messages)

@@ -20,9 +20,10 @@ system message, which some providers refuse at that position, nor an assistant p
 list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
 so the window row keeps the client's text and only the prompt carries the block. A client
 that resends the prompt it was sent holds a block in each user or tool message that was the
-tail at a step: a whole block as this stage renders it, ending such a message, is left out
-of the prompt (the row keeps it), so the prompt recites one plan and does not grow by one a
-step.
+tail at a step: a whole block as this stage renders it, ending such a message before the
+last, is left out of the prompt (the row keeps it), so the prompt recites one plan and does
+not grow by one a step. The last message is the client's new text, which the proxy never
+sent: a plan in it is the user's own and stays.
 """
 
 from __future__ import annotations
@@ -115,17 +116,31 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     """The stage: append the turn's plan block (``step.answers["recitation"]``, which
     ``plan_block`` made at the turn's first step) to the last message when it is a user or
     tool message; otherwise, or without a plan, pass the messages on. Either way a plan a
-    view-resending client holds from an earlier step is left out (``_unrecited``)."""
+    view-resending client holds from an earlier step is left out (``_unrecited``), from the
+    messages before the last: the last is the client's new text, never one the proxy sent, so
+    a plan in it is the user's own, read as written (the turn's block byte for byte there is
+    not added twice). A session without a summary has had no plan recited, so none goes."""
     block = step.answers.get("recitation")
-    out = tuple(_unrecited(m) for m in messages)
+    out = messages
+    if step.summary is not None:  # without one no plan was recited: every block is the user's
+        out = (*(_unrecited(m) for m in messages[:-1]), *messages[-1:])
     if (
         not isinstance(block, str)
         or not block
         or not out
         or out[-1].get("role") not in _TARGET_ROLES
+        or _ends_with(out[-1], block)  # the turn's own block, resent: not doubled
     ):
         return StageResult(out)
     return StageResult((*out[:-1], append_block(out[-1], block)))
+
+
+def _ends_with(msg: Message, block: str) -> bool:
+    """Whether ``msg`` ends with ``block`` as :func:`append_block` puts it there."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        return bool(content) and content[-1] == {"type": "text", "text": block}
+    return isinstance(content, str) and (content == block or content.endswith("\n\n" + block))
 
 
 def _unrecited(msg: Message) -> Message:

@@ -280,11 +280,21 @@ def _unrelated(msg: Message) -> Message:
         return msg if len(kept) == len(content) else {**msg, "content": kept}
     if not isinstance(content, str) or _OPENING not in content:
         return msg
-    text = content
-    while (at := text.rfind(_OPENING)) >= 0 and (end := text.find(RELATED_CLOSE, at)) >= 0:
-        start = at - 2 if text[:at].endswith("\n\n") else at
-        text = text[:start] + text[end + len(RELATED_CLOSE) :]
-    return {**msg, "content": text}
+    return {**msg, "content": _without_blocks(content)}
+
+
+def _without_blocks(text: str) -> str:
+    """``text`` without its blocks, found from the end (each closed before the one after
+    it starts) and joined once: linear in the text, however many blocks it holds."""
+    kept: list[str] = []
+    limit = len(text)
+    while (at := text.rfind(_OPENING, 0, limit)) >= 0 and (
+        end := text.find(RELATED_CLOSE, at, limit)
+    ) >= 0:
+        kept.append(text[end + len(RELATED_CLOSE) : limit])
+        limit = at - 2 if at >= 2 and text.startswith("\n\n", at - 2) else at
+    kept.append(text[:limit])
+    return "".join(reversed(kept))
 
 
 def _rendered(text: object) -> bool:

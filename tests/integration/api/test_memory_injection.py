@@ -211,3 +211,24 @@ def test_a_client_resending_the_prompt_it_was_sent_gets_one_block(
         ]
     # the first resend supersedes the three rows it changed the system message of; no more
     assert http.get("/v1/sessions/mem-view").json()["superseded_count"] == 3
+
+
+def test_a_resending_client_without_a_system_prompt_loses_a_deleted_fact(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """A client without a system message that resends the prompt it was sent holds the
+    proxy's own system message, the block alone: once the last fact is deleted the prompt
+    leaves that message out (not sent empty, not with the deleted fact), and the stored
+    rows keep the client's text as it sent it."""
+    fact = http.post("/v1/memory", json={"text": "The port is 8443"}).json()
+    _chat(http, "mem-alone", [{"role": "user", "content": "which port?"}])
+    sent = fake_upstream.bodies()[-1]["messages"]
+    assert sent[0]["role"] == "system" and "8443" in sent[0]["content"]
+    assert http.delete(f"/v1/memory/{fact['id']}").status_code == 200
+    history = [*sent, {"role": "assistant", "content": "8443"}, {"role": "user", "content": "ok"}]
+    _chat(http, "mem-alone", history)
+    now = fake_upstream.bodies()[-1]["messages"]
+    assert not any("8443" in str(m.get("content")) for m in now[:-2]), now
+    assert now[0]["role"] == "user" and now[-1]["content"] == "ok"
+    rows = http.get("/v1/sessions/mem-alone/messages").json()["data"]
+    assert rows[0]["message"] == sent[0]  # the client's text, as it sent it

@@ -238,10 +238,13 @@ def test_a_resent_block_of_older_facts_is_replaced_not_kept_beside_the_new_one()
 
 def test_a_resent_block_goes_once_no_fact_is_left_to_list() -> None:
     """The last fact deleted (or the block left out for the turn), a resent block of older
-    facts goes too; a system message that is that block alone stays, not sent empty."""
+    facts goes too. A system message that is that block alone (the one the proxy put on top
+    of a prompt without one, resent) is left out, not sent empty, and not kept with the
+    deleted fact in it."""
     old = render_memory(["The port is 8443"])
     assert old is not None
     out = assemble(_step(system("S\n\n" + old), user("hi")), answers={"memory": None})
     assert out.messages[0]["content"] == "S"
-    alone = _step(system(old), user("hi"))
-    assert assemble(alone, answers={"memory": None}).messages == alone.window
+    for content in (old, [{"type": "text", "text": old}]):
+        alone = _step({"role": "system", "content": content}, user("hi"))
+        assert assemble(alone, answers={"memory": None}).messages == alone.window[1:]

@@ -254,5 +254,27 @@ def test_resent_plans_go_when_the_turn_recites_none() -> None:
     """A turn without a plan (none in the summary, or the guard left it out) sends none of
     the plans a view-resending client holds from earlier steps."""
     window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})))
-    window += (tool("c1", "one\n\n" + PLAN),)
-    assert recite(window, _turn(None)).messages[-1]["content"] == "one"
+    window += (tool("c1", "one\n\n" + PLAN), assistant_calls(("c2", "cat", {})), tool("c2", "2"))
+    assert recite(window, _turn(None)).messages[-3]["content"] == "one"
+
+
+def test_the_latest_message_keeps_a_plan_the_user_wrote() -> None:
+    """The latest message is what the client writes now (a resending client's blocks sit in
+    the messages the proxy sent, never in it): a plan in it, even in the proxy's form, is the
+    user's and reaches the model; only the turn's own block byte for byte is not doubled."""
+    own = "my plan:\n\n<plan>\n## Next Step\nrewrite b.py first\n</plan>"
+    for summary in (SUMMARY, None):
+        out = assemble(_step((system("s"), user(own)), summary=summary))
+        assert "rewrite b.py first" in out.messages[-1]["content"]
+    again = assemble(_step((system("s"), user("do\n\n" + PLAN))))
+    assert again.messages[-1]["content"].endswith("\n\ndo\n\n" + PLAN)
+
+
+def test_a_session_without_a_summary_keeps_every_plan_its_user_wrote() -> None:
+    """The proxy recites only a summary's plan: with none, no block in any message is one it
+    rendered, so a plan in the proxy's form that the user wrote earlier stays too."""
+    own = "my plan:\n\n<plan>\n## Next Step\nrewrite b.py first\n</plan>"
+    window = (system("s"), user(own), assistant("ok"), user("go on"))
+    out = assemble(_step(window, summary=None))
+    assert out.messages[1]["content"] == own
+    assert recite(window, replace(_step(window, summary=None), answers={})).messages == window

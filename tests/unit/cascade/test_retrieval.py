@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import unicodedata
 from dataclasses import replace
 from types import SimpleNamespace
@@ -266,3 +267,17 @@ def test_an_earlier_turns_resent_block_goes_when_this_turn_has_no_hits() -> None
     window = (system("s"), user(f"which port?\n\n{old}"), assistant("8443"), user("thanks"))
     out = splice_related_context(window, _step(*window, retrieval=retrieved((), snippet_chars=9)))
     assert out.messages[1]["content"] == "which port?" and out.messages[3] == window[3]
+
+
+def test_resent_blocks_are_left_out_in_time_linear_in_the_message() -> None:
+    """A message the client writes can hold any number of blocks in the proxy's form: each
+    one left out must not copy the rest of the message again, which on a message of a few
+    MB stalled the event loop for seconds on every step of the turn."""
+    old = related_block(HITS[:1], 40)
+    assert old is not None
+    window = (system("s"), user(("hi\n\n" + old) * 16_000), assistant("ok"), user("and?"))
+    answer = retrieved((), snippet_chars=9)
+    started = time.perf_counter()
+    out = splice_related_context(window, _step(*window, retrieval=answer))
+    assert time.perf_counter() - started < 1.0
+    assert out.messages[1]["content"] == "hi" * 16_000
