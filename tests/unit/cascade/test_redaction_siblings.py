@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -116,6 +117,16 @@ def test_no_sibling_secret_is_altered(text: str) -> None:
     assert redact(text, _PATTERNS) == (text, 0)
 
 
+def _redacted_call(given: Any, name: str = "f") -> tuple[Any, int, Any]:
+    """A call's ``arguments`` redacted as written: what the model reads back, the count, and
+    the arguments as stored (in the form given); redacting them again changes nothing."""
+    call = {"id": "c1", "function": {"name": name, "arguments": given}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    assert redact_written(out, _PATTERNS) == (out, 0)
+    got = out["tool_calls"][0]["function"]["arguments"]
+    return (got if isinstance(got, dict) else json.loads(got)), n, got
+
+
 def test_a_sibling_secret_in_a_tool_result_and_in_arguments_of_both_forms() -> None:
     out, n = redact_written(tool("c1", _K8S_YAML), _PATTERNS)
     assert n == 1 and "hunter2hunter2" not in out["content"]
@@ -124,11 +135,7 @@ def test_a_sibling_secret_in_a_tool_result_and_in_arguments_of_both_forms() -> N
     assert out["content"] == har.replace("Bearer q8ZrT2mWx7", REDACTED)
     args = {"manifest": json.loads(_K8S_JSON)}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "function": {"name": "apply", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        read = got if isinstance(got, dict) else json.loads(got)
+        read, n, _ = _redacted_call(given, "apply")
         assert n == 1 and read["manifest"]["env"][0] == {"name": "DB_PASSWORD", "value": REDACTED}
         assert read["manifest"]["env"][1] == {"name": "LOG_LEVEL", "value": "debug"}
 
@@ -159,14 +166,9 @@ def test_a_sibling_secret_is_redacted_in_arguments_read_entry_by_entry() -> None
     whole text would have read it, not alone, where nothing names it."""
     args = {"expect": "Enter password:", "timeout": 5, "env": [_ENV[0], _ENV[1]]}
     for given in (args, json.dumps(args), json.dumps(args, separators=(",", ":"))):
-        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
+        read, n, got = _redacted_call(given)
         assert n == 1 and type(got) is type(given)
-        read = got if isinstance(got, dict) else json.loads(got)
         assert read == {**args, "env": [{**_ENV[0], "value": REDACTED}, _ENV[1]]}
-        assert redact_written(out, _PATTERNS) == (out, 0)
 
 
 def test_a_sibling_secret_in_lines_of_arguments_read_entry_by_entry() -> None:
@@ -175,13 +177,8 @@ def test_a_sibling_secret_in_lines_of_arguments_read_entry_by_entry() -> None:
     lines = ["env:", "- name: DB_PASSWORD", "  value: hunter2hunter2", "- name: A"]
     args = {"expect": "Enter password:", "timeout": 5, "lines": lines}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        read = got if isinstance(got, dict) else json.loads(got)
+        read, n, _ = _redacted_call(given)
         assert n == 1 and read["lines"] == [*lines[:2], f"  value: {REDACTED}", lines[3]]
-        assert redact_written(out, _PATTERNS) == (out, 0)
 
 
 def test_a_secret_under_its_key_opening_an_object_is_redacted_entry_by_entry() -> None:
@@ -191,13 +188,8 @@ def test_a_secret_under_its_key_opening_an_object_is_redacted_entry_by_entry() -
     outputs = json.loads(_TF_OUTPUT) | {"db_token": {"value": "tfTok-8e7d6c", "type": "string"}}
     args = {"expect": "Enter password:", "timeout": 5, "outputs": outputs}
     for given in (args, json.dumps(args)):
-        call = {"id": "c1", "function": {"name": "f", "arguments": given}}
-        msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-        out, n = redact_written(msg, _PATTERNS)
-        got = out["tool_calls"][0]["function"]["arguments"]
-        read = got if isinstance(got, dict) else json.loads(got)
+        read, n, _ = _redacted_call(given)
         assert n == 2 and read["outputs"] == {
             "db_password": {**outputs["db_password"], "value": REDACTED},
             "db_token": {"value": REDACTED, "type": "string"},
         }
-        assert redact_written(out, _PATTERNS) == (out, 0)
