@@ -278,6 +278,22 @@ class _LostConnection:
         return True
 
 
+def _migrate_unreachable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], conn: _LostConnection
+) -> str:
+    """``migrate`` run on ``conn`` exits as for an unreachable database; its stderr."""
+    from proxy.store import migrations
+
+    async def connected(dsn: str, **kwargs: Any) -> _LostConnection:
+        return conn
+
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
+    monkeypatch.setattr(migrations, "connect", connected)
+    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("fail_at", [1, 7])  # making the ledger; a migration's own statement
 @pytest.mark.parametrize("error", ["ConnectionDoesNotExistError", "AdminShutdownError"])
 def test_a_connection_lost_while_migrating_is_a_database_to_try_again(
@@ -287,18 +303,8 @@ def test_a_connection_lost_while_migrating_is_a_database_to_try_again(
     a migration that failed, exit 2: a retry, once it is back, migrates."""
     import asyncpg
 
-    from proxy.store import migrations
-
     conn = _LostConnection(fail_at, getattr(asyncpg, error)("the server went away"))
-
-    async def connected(dsn: str, **kwargs: Any) -> _LostConnection:
-        return conn
-
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
-    monkeypatch.setattr(migrations, "connect", connected)
-    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
-    err = capsys.readouterr().err
+    err = _migrate_unreachable(monkeypatch, capsys, conn)
     assert err.count("\n") == 1 and error in err and "(DATABASE_URL)" in err, err
     assert "role" not in err and "failed" not in err, err
 
@@ -319,20 +325,10 @@ def test_a_connection_lost_as_no_server_error_is_a_database_to_try_again(
     where a lost server is 3, a retry once it is back."""
     import asyncpg
 
-    from proxy.store import migrations
-
     if isinstance(error, str):
         error = asyncpg.InterfaceError("cannot call Connection.execute(): connection is closed")
     conn = _LostConnection(fail_at, error)
-
-    async def connected(dsn: str, **kwargs: Any) -> _LostConnection:
-        return conn
-
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    monkeypatch.setenv("DATABASE_URL", "postgresql://u@127.0.0.1:1/d")
-    monkeypatch.setattr(migrations, "connect", connected)
-    assert cli.main(["migrate"]) == EXIT_UNREACHABLE
-    err = capsys.readouterr().err
+    err = _migrate_unreachable(monkeypatch, capsys, conn)
     assert err.count("\n") == 1 and type(error).__name__ in err and "(DATABASE_URL)" in err, err
 
 
