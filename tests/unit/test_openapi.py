@@ -187,3 +187,15 @@ def test_every_operation_design_names_is_served_as_it_is_named(tmp_path: Path) -
 
 def test_the_endpoints_held_as_designs_are_the_ones_it_names() -> None:
     assert _named(design.design_text()) == design.ENDPOINTS
+
+
+def test_readyz_documents_its_body_and_each_events_value(tmp_path: Path) -> None:
+    """A load balancer's or a dashboard's author reads what ``/readyz`` answers from the
+    document: both statuses' bodies, and the three values ``events`` takes."""
+    doc = _app(tmp_path).openapi()
+    responses = doc["paths"]["/readyz"]["get"]["responses"]
+    for status, state in (("200", "ok"), ("503", "unavailable")):
+        schema = responses[status]["content"]["application/json"]["schema"]
+        assert schema["required"] == ["status", "database", "events"]
+        assert schema["properties"]["status"]["enum"] == [state]
+        assert schema["properties"]["events"]["enum"] == ["ok", "reconnecting", "catch-up"]
