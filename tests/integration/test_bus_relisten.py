@@ -117,7 +117,7 @@ async def test_a_listener_lost_at_once_over_and_over_is_one_warning_not_two_a_se
     relistens (each time ending the open streams) at DEBUG, not a loss and a return at
     WARNING every second for as long as it lasts; a listener that then keeps listening
     (``STEADY_AFTER``) is said to listen again."""
-    monkeypatch.setattr(bus_listen, "STEADY_AFTER", 0.6, raising=False)
+    monkeypatch.setattr(bus_listen, "STEADY_AFTER", 0.6)
     bus = EventBus(pool, db_dsn)
     await asyncio.wait_for(bus.start(), 10)
     listen = bus_module.listen
