@@ -120,7 +120,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-BAD_CURSOR = "a `cursor` no page gave (`param` `cursor`) or one with an `offset` past 0."
+BAD_CURSOR = (
+    "a `cursor` no page gave (`param` `cursor`) or one with an `offset` past 0 (`param` `offset`)."
+)
 """What a list paging by ``?cursor=`` answers with a 400 besides (``query.cursor_place``)."""
 
 
