@@ -59,7 +59,7 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import NEVER_HEALS, RELISTEN_EVERY, end_silent, listen, listen_url
+from proxy.bus_listen import NEVER_HEALS, RELISTEN_EVERY, Losses, end_silent, listen, listen_url
 from proxy.bus_payloads import (
     LAGGED,
     RELISTENED,
@@ -114,6 +114,7 @@ class EventBus:
         self._where = f"{redact_dsn(listen_dsn)} ({listen_setting})"
         self._failure = "no connection yet"  # why the listener last failed
         self._retrying = False  # a try failed since the listener last connected
+        self._losses = Losses(self._where)  # what it says of the listener's losses
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -204,7 +205,7 @@ class EventBus:
                 if not connected.done():
                     connected.set_result(None)
                 elif self._retrying:
-                    log.warning("event listener at %s is listening again", self._where)
+                    self._losses.back()
                     self._end_streams()
                 self._retrying = False
                 await end_silent(None if self.pooled else self._pool, self._silent, PROBE_TIMEOUT)
@@ -241,11 +242,13 @@ class EventBus:
 
     async def _until_lost(self, listener: asyncpg.Connection) -> None:
         """Return once ``listener`` closed, or did not answer a probe (then it is aborted);
-        each is logged as a warning, and the reconnection after it too."""
+        each is logged as a warning, and the reconnection after it too (``Losses``)."""
         loop = asyncio.get_running_loop()
-        probe_at = loop.time() + PROBE_EVERY
+        started = loop.time()
+        probe_at = started + PROBE_EVERY
         while not listener.is_closed():
             await asyncio.sleep(max(0.0, min(1.0, probe_at - loop.time())))
+            self._losses.lasted(loop.time() - started)
             if listener.is_closed() or loop.time() < probe_at:
                 continue
             try:
@@ -253,17 +256,13 @@ class EventBus:
             except TimeoutError:
                 self._silent.add(listener.get_server_pid())  # listening on: end_silent
                 listener.terminate()
-                log.warning(
-                    "event listener at %s did not answer within %g s; reconnecting",
-                    self._where,
-                    PROBE_TIMEOUT,
-                )
+                self._losses.silent(loop.time() - started, PROBE_TIMEOUT)
                 self._retrying = True
                 return
             except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
                 pass  # closed meanwhile: said below
             probe_at = loop.time() + PROBE_EVERY
-        log.warning("event listener connection at %s closed; reconnecting", self._where)
+        self._losses.closed(loop.time() - started)
         self._retrying = True
 
     async def publish(

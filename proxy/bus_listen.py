@@ -1,8 +1,8 @@
 """Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
 hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
 directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start, :func:`listen`
-each time it LISTENs, and :func:`end_silent` once it listens again after dropping a listener
-gone silent."""
+each time it LISTENs, :func:`end_silent` once it listens again after dropping a listener
+gone silent, and :class:`Losses` to say that it lost its listener and listens again."""
 
 from __future__ import annotations
 
@@ -14,7 +14,16 @@ from urllib.parse import parse_qs, urlsplit
 
 from proxy.settings import Settings
 
-__all__ = ["NEVER_HEALS", "RELISTEN_EVERY", "end_silent", "listen", "listen_url", "through_pooler"]
+__all__ = [
+    "NEVER_HEALS",
+    "RELISTEN_EVERY",
+    "STEADY_AFTER",
+    "Losses",
+    "end_silent",
+    "listen",
+    "listen_url",
+    "through_pooler",
+]
 
 log = logging.getLogger("cascade.bus")
 
@@ -84,6 +93,63 @@ def through_pooler(settings: Settings, listen: str) -> bool:
 RELISTEN_EVERY = 1.0
 """The fewest seconds from one LISTEN to the next: a listener lost as soon as it listens is not
 made again at once over and over, each time ending every open stream (``bus.RELISTENED``)."""
+
+STEADY_AFTER = 10.0
+"""Seconds a listener must have listened for its loss to be no longer "lost at once"
+(:class:`Losses`)."""
+
+
+class Losses:
+    """What the bus says of its listener's losses and returns: each at WARNING, but once a
+    listener made again (not the start's first) was lost within :data:`STEADY_AFTER` of its
+    LISTEN (a server that ends it at once), that is said once and what follows is DEBUG,
+    not a loss and a return at WARNING every :data:`RELISTEN_EVERY` for as long as it lasts;
+    a listener that then lasts is said to listen again."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.at_once = False  # the last listener was lost at once, and none has lasted since
+        self.again = False  # a listener was made again after a loss
+
+    def back(self) -> None:
+        """Say the listener listens again after a loss."""
+        self.again = True
+        level = logging.DEBUG if self.at_once else logging.WARNING
+        log.log(level, "event listener at %s is listening again", self.where)
+
+    def lasted(self, lived: float) -> None:
+        """Say that a listener after those lost at once has listened ``lived`` seconds."""
+        if self.at_once and lived >= STEADY_AFTER:
+            self.at_once = False
+            log.warning("event listener at %s is listening again (%.0f s now)", self.where, lived)
+
+    def closed(self, lived: float) -> None:
+        """Say the listener's connection closed ``lived`` seconds after its LISTEN."""
+        log.log(
+            self._level(lived), "event listener connection at %s closed; reconnecting", self.where
+        )
+
+    def silent(self, lived: float, timeout: float) -> None:
+        """Say the listener, ``lived`` seconds after its LISTEN, did not answer a probe."""
+        message = "event listener at %s did not answer within %g s; reconnecting"
+        log.log(self._level(lived), message, self.where, timeout)
+
+    def _level(self, lived: float) -> int:
+        if lived >= STEADY_AFTER or not self.again:  # said as any other loss
+            self.at_once = False
+            return logging.WARNING
+        if self.at_once:
+            return logging.DEBUG
+        self.at_once = True
+        log.warning(
+            "event listener at %s was lost at once (%.1f s after it listened); while this goes"
+            " on each LISTEN, at most one every %g s, ends every open stream, logged at DEBUG",
+            self.where,
+            lived,
+            RELISTEN_EVERY,
+        )
+        return logging.DEBUG
+
 
 _NEVER_IDLE = (  # no error where the setting does not exist (before PostgreSQL 14)
     "SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'"

@@ -73,9 +73,12 @@ def _cursor(place: list[Any]) -> str:
 
 
 def _place(cursor: str) -> Any:
+    """What ``_cursor`` wrote into ``cursor``, a flat list; ``BadCursor`` for text that is
+    no JSON, and for JSON nested deep enough to run the parser out of recursion depth
+    (no cursor nests)."""
     try:
         return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:
         raise BadCursor(cursor) from exc
 
 

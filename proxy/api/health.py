@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from starlette.responses import JSONResponse
 
@@ -11,13 +13,45 @@ __all__ = ["router"]
 
 router = APIRouter()
 
+EVENTS = ("ok", "reconnecting", "catch-up")
+"""What ``/readyz`` says of the event bus, as :func:`readyz` tells them apart."""
+
+
+def _ready_body(status: str, description: str) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "required": ["status", "database", "events"],
+        "properties": {
+            "status": {"type": "string", "enum": [status]},
+            "database": {
+                "type": "string",
+                "description": "`ok`, or the failure's class name (never its text)",
+            },
+            "events": {
+                "type": "string",
+                "enum": list(EVENTS),
+                "description": "`ok`: the event bus listens; `reconnecting`: its listening "
+                "connection is being made again; `catch-up`: it LISTENs through a "
+                "transaction pooler, which hears nothing, so open streams get stored events "
+                "from their catch-up reads alone. Neither of the last two makes a 503.",
+            },
+        },
+    }
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
 
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={
+        200: _ready_body("ok", "Ready: the database answers."),
+        503: _ready_body("unavailable", "Not ready: the database does not answer."),
+    },
+)
 async def readyz(readiness: ReadinessDep, bus: BusDep) -> JSONResponse:
     """Ready when the database answers; 503 otherwise, so a load balancer stops routing here.
     Answered without a proxy key (``proxy.auth.OPEN_PATHS``), so the body says a status and

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.api.openapi import SESSION_ID_PATTERN, error_response
-from proxy.api.session_schemas import listed, obj
+from proxy.api.session_schemas import BAD_CURSOR, listed, obj
 
 __all__ = [
     "ADD",
@@ -80,13 +80,12 @@ def _answer(status: int, schema: dict[str, Any], **errors: str) -> Responses:
 
 _AGENT = "An agent scope this proxy key may not use (`code` `agent_not_allowed`)."
 _TOO_LARGE = "A body over 64 KiB (`code` `payload_too_large`)."
-_CURSOR = "a `cursor` no page gave (`param` `cursor`) or one with an `offset` past 0."
 _NO_SUGGESTION = "No such suggestion for this key (`code` `not_found`)."
 
 LIST = _answer(
     200,
     listed(_FACT, cursor=True),
-    e400="`scope` not `global` or `agent:<name>`, `limit`/`offset` out of range, or " + _CURSOR,
+    e400="`scope` not `global` or `agent:<name>`, `limit`/`offset` out of range, or " + BAD_CURSOR,
     e403=_AGENT,
 )
 ADD = _answer(
@@ -101,7 +100,7 @@ SUGGESTIONS = _answer(
     200,
     listed(_SUGGESTION, cursor=True),
     e400="`limit` or `offset` out of range, a `session_id` that is no valid session id "
-    "(`code` `invalid_session_id`, `param` `session_id`), or " + _CURSOR,
+    "(`code` `invalid_session_id`, `param` `session_id`), or " + BAD_CURSOR,
 )
 SESSION_FILTER = (
     "Only the suggestions made from this session (ids as everywhere: "

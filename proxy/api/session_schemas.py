@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.api.openapi import error_response
+
 __all__ = ["ok", "obj", "listed"]
 
 
@@ -69,13 +71,15 @@ def listed(item: dict[str, Any], *, cursor: bool = False) -> dict[str, Any]:
     """A list's page of ``item``; with ``cursor``, a list that also pages by ``?cursor=``,
     whose page names the next one's (``next_cursor``)."""
     more: dict[str, Any] = {}
+    where = "?offset= plus the rows shown"
     if cursor:
         more["next_cursor"] = {
             "type": ["string", "null"],
             "description": "The next page's ?cursor=, null at the end.",
         }
+        where = f"its next_cursor, or {where}"
     return obj(
-        "A page; has_more: more rows are past it (at ?offset= plus the rows shown).",
+        f"A page; has_more: more rows are past it (at {where}).",
         object="string",
         data={"type": "array", "items": item},
         has_more="boolean",
@@ -116,7 +120,19 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def ok(name: str) -> dict[int | str, dict[str, Any]]:
-    """A route's ``responses``: its 200 with the schema ``SCHEMAS[name]``."""
+BAD_CURSOR = (
+    "a `cursor` no page gave (`param` `cursor`) or one with an `offset` past 0 (`param` `offset`)."
+)
+"""What a list paging by ``?cursor=`` answers with a 400 besides (``query.cursor_place``)."""
+
+
+def ok(name: str, *, e400: str | None = None) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses``: its 200 with the schema ``SCHEMAS[name]``, and its 400 when
+    ``e400`` says more of it than a malformed request (``openapi.amend``)."""
     content = {"application/json": {"schema": SCHEMAS[name]}}
-    return {200: {"description": SCHEMAS[name]["description"], "content": content}}
+    out: dict[int | str, dict[str, Any]] = {
+        200: {"description": SCHEMAS[name]["description"], "content": content}
+    }
+    if e400 is not None:
+        out[400] = error_response(e400)
+    return out

@@ -25,7 +25,7 @@ from proxy.api.deps import (
     upstream_headers,
 )
 from proxy.api.query import BLANK_IS_UNSET, CURSOR, INTEGER, cursor_place
-from proxy.api.session_schemas import ok
+from proxy.api.session_schemas import BAD_CURSOR, ok
 from proxy.auth import key_in_force
 from proxy.cascade.types import SESSION_RESET
 from proxy.errors import ClientRequestError, PermissionDenied
@@ -65,7 +65,12 @@ _Q = (
 )
 
 
-@router.get("", response_model=None, responses=ok("list"))
+_LIST_400 = (
+    "`limit`, `offset` or `q` out of range, a `q` holding a NUL (`param` `q`), or " + BAD_CURSOR
+)
+
+
+@router.get("", response_model=None, responses=ok("list", e400=_LIST_400))
 async def list_sessions(
     pool: PoolDep,
     tenant: TenantDep,

@@ -5,6 +5,7 @@ notified then), and none opened after it listens again, whose events all reach t
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import asyncpg
@@ -103,4 +104,39 @@ async def test_a_server_ending_idle_sessions_leaves_the_listener_listening(
     finally:
         await admin.execute(f'ALTER DATABASE "{name}" RESET idle_session_timeout')
         await admin.close()
+        await asyncio.wait_for(bus.stop(), 5)
+
+
+async def test_a_listener_lost_at_once_over_and_over_is_one_warning_not_two_a_second(
+    pool: asyncpg.Pool,
+    db_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While each new listener is lost as soon as it listens, the bus says so once, then
+    relistens (each time ending the open streams) at DEBUG, not a loss and a return at
+    WARNING every second for as long as it lasts (``bus_listen.Losses``, whose return to a
+    lasting listener ``tests/unit/test_bus_losses.py`` follows)."""
+    bus = EventBus(pool, db_dsn)
+    await asyncio.wait_for(bus.start(), 10)
+    listen = bus_module.listen
+    listens: list[float] = []
+
+    async def lost_at_once(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> None:
+        await listen(conn, *args, **kwargs)
+        listens.append(asyncio.get_running_loop().time())
+        conn.terminate()
+
+    caplog.set_level(logging.DEBUG, logger="cascade.bus")
+    monkeypatch.setattr(bus_module, "listen", lost_at_once)
+    try:
+        assert bus._listener is not None
+        bus._listener.terminate()
+        await asyncio.sleep(2.3)
+        assert len(listens) >= 2  # each a loss and a return: 5 warnings or more unless quiet
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 3, warnings  # lost, listening again, lost at once
+        assert "lost at once" in warnings[-1]
+    finally:
+        monkeypatch.setattr(bus_module, "listen", listen)
         await asyncio.wait_for(bus.stop(), 5)

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
 
-from proxy.listing import BadCursor, page_of, read_session_cursor, rows_to_read, session_cursor
+from proxy.listing import (
+    BadCursor,
+    page_of,
+    read_row_cursor,
+    read_session_cursor,
+    rows_to_read,
+    session_cursor,
+)
 
 
 def test_one_row_more_is_read_and_cut_off_again() -> None:
@@ -47,3 +56,17 @@ def test_a_session_cursor_no_page_could_give_is_bad(place: list[object]) -> None
     """Each was the driver's error, a 500, rather than the 400 naming ``cursor``."""
     with pytest.raises(BadCursor):
         read_session_cursor(_crafted(place))
+
+
+def _at_depth(frames: int, call: Callable[[], object]) -> object:
+    return call() if frames == 0 else _at_depth(frames - 1, call)
+
+
+def test_a_cursor_nested_past_the_parsers_depth_is_bad_however_deep_the_caller() -> None:
+    """JSON arrays nested 750 deep (the most a 1000-character cursor holds) take 750 of the
+    interpreter's recursion depth to parse: a request whose stack is deep (more middleware,
+    tracing) ran out of it, a RecursionError and a 500 rather than the 400 naming cursor."""
+    nested = base64.urlsafe_b64encode(b"[" * 750).decode()
+    for read in (read_session_cursor, functools.partial(read_row_cursor, "facts")):
+        with pytest.raises(BadCursor):
+            _at_depth(300, functools.partial(read, nested))

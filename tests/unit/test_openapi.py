@@ -187,3 +187,29 @@ def test_every_operation_design_names_is_served_as_it_is_named(tmp_path: Path) -
 
 def test_the_endpoints_held_as_designs_are_the_ones_it_names() -> None:
     assert _named(design.design_text()) == design.ENDPOINTS
+
+
+def test_readyz_documents_its_body_and_each_events_value(tmp_path: Path) -> None:
+    """A load balancer's or a dashboard's author reads what ``/readyz`` answers from the
+    document: both statuses' bodies, and the three values ``events`` takes."""
+    doc = _app(tmp_path).openapi()
+    responses = doc["paths"]["/readyz"]["get"]["responses"]
+    for status, state in (("200", "ok"), ("503", "unavailable")):
+        schema = responses[status]["content"]["application/json"]["schema"]
+        assert schema["required"] == ["status", "database", "events"]
+        assert schema["properties"]["status"]["enum"] == [state]
+        assert schema["properties"]["events"]["enum"] == ["ok", "reconnecting", "catch-up"]
+
+
+def test_every_list_paging_by_cursor_documents_its_bad_cursor_and_where_the_next_page_is(
+    tmp_path: Path,
+) -> None:
+    """The session list answers a cursor no page gave, or one with an offset past 0, with the
+    400 naming it, as the memory lists do and document; and a cursor page's next rows are at
+    its next_cursor, not at an offset it never had."""
+    doc = _app(tmp_path).openapi()
+    for path in ("/v1/sessions", "/v1/memory", "/v1/memory/suggestions"):
+        responses = doc["paths"][path]["get"]["responses"]
+        assert "`cursor` no page gave" in responses["400"]["description"], path
+        schema = responses["200"]["content"]["application/json"]["schema"]
+        assert "next_cursor" in schema["description"], path

@@ -6,6 +6,7 @@ would run out, every tenant's turn then answering without its retrieved memory."
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any
 
@@ -63,3 +64,22 @@ async def test_a_page_still_queued_when_its_request_is_cancelled_is_never_made()
     assert sorted(await asyncio.gather(*running)) == [0, 1]
     await asyncio.sleep(0.05)
     assert 99 not in made and queued.cancelled()
+
+
+async def test_a_page_runs_in_its_callers_context_and_raises_to_it() -> None:
+    """The page's log lines carry the request's id (a context variable), and a page that
+    fails raises its own error, traceback and all, where the request awaits it, which the
+    request's error handling then answers and logs as any other."""
+    request = contextvars.ContextVar("request", default="none")
+    request.set("req-1")
+    seen: list[str] = []
+
+    def page() -> None:
+        seen.append(request.get())
+        raise ValueError("bad page")
+
+    with pytest.raises(ValueError, match="bad page") as raised:
+        await make_page(page)
+    assert seen == ["req-1"]
+    assert raised.traceback[-1].name == "page"  # the page's own frame: its cause
+    assert request.get() == "req-1"

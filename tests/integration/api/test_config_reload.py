@@ -129,6 +129,14 @@ INVALID: list[tuple[str | bytes, str]] = [
         '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}], "metricsKeyEnv": "K_A"}}',
         "auth.metricsKeyEnv: $K_A is auth.keys[0]'s keyEnv",
     ),
+    (  # accepted, and each of the key's requests failed storing its session
+        '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a\\u0000b"}]}}',
+        "auth.keys[0].tenant: holds a NUL",
+    ),
+    (  # accepted, and each event of the key's sessions failed its NOTIFY
+        '{"auth": {"keys": [{"keyEnv": "K_A", "tenant": "' + "t" * 257 + '"}]}}',
+        "auth.keys[0].tenant: longer than 256 bytes",
+    ),
     (  # accepted, and each of the provider's requests was a 502 naming the file
         '{"providers": {"p": {"baseUrl": "https://p.example", "caFile": "/nonexistent/ca.pem"}}}',
         "providers.p.caFile: /nonexistent/ca.pem cannot be loaded",

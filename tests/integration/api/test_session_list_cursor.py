@@ -125,3 +125,17 @@ def test_no_answer_is_conditional(http: httpx.Client) -> None:
 
 
 _FUTURE = "Fri, 01 Jan 2100 00:00:00 GMT"
+
+
+def test_a_cursor_nested_past_the_parsers_depth_is_the_400_naming_it(
+    http: httpx.Client,
+) -> None:
+    """A cursor of the longest length taken that decodes to arrays nested hundreds deep ran
+    out of the interpreter's recursion depth in the JSON parser, deep in a request's stack:
+    a 500 (and a traceback in the log) for text no page gave."""
+    nested = base64.urlsafe_b64encode(b"[" * 750).decode()
+    assert len(nested) == 1000  # the most a cursor parameter takes
+    for path in ("/v1/sessions", "/v1/memory", "/v1/memory/suggestions"):
+        resp = http.get(path, params={"cursor": nested})
+        assert resp.status_code == 400, (path, resp.text)
+        assert resp.json()["error"]["param"] == "cursor", resp.text
