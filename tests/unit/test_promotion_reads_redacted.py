@@ -21,6 +21,14 @@ from tests.unit.test_promotion_bounds import _count, _job, _Lent, _Upstream
 SECRET = "hunter2abc"
 
 
+async def _read(job: object, span: list[dict[str, object]]) -> str:
+    """What the fast model reads of ``span``: promotion run once on a recording upstream."""
+    upstream = _Upstream()
+    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
+    [body] = upstream.bodies
+    return str(body["messages"][-1]["content"])
+
+
 async def test_the_extraction_reads_no_secret_of_the_span() -> None:
     span = [
         {"role": "user", "content": f'the config is {{"password": "{SECRET}"}}'},
@@ -33,10 +41,7 @@ async def test_the_extraction_reads_no_secret_of_the_span() -> None:
     ]
     job = _job(32000)
     job.memory_patterns = compile_patterns(())  # the agent's redaction off: redaction=()
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
-    text = body["messages"][-1]["content"]
+    text = await _read(job, span)
     assert SECRET not in text and text.count("[REDACTED]") == 3, text
     assert text.endswith("we deploy with make release")
 
@@ -60,11 +65,8 @@ async def test_only_the_messages_the_extraction_reads_are_redacted(
     monkeypatch.setattr(promotion, "redact", counted)
     job = _job(320000)
     job.memory_patterns = patterns
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
     whole = span_text([redact_written(m, patterns)[0] for m in span])
-    assert body["messages"][-1]["content"] == whole and SECRET not in whole
+    assert await _read(job, span) == whole and SECRET not in whole
     assert len(calls) <= 13, len(calls)
 
 
@@ -80,11 +82,8 @@ async def test_a_span_the_compaction_redacted_reads_as_redacted_once() -> None:
     ]
     job = _job(32000)
     job.memory_patterns, job.redaction = scope, agent
-    upstream = _Upstream()
     folded = [redact_written(m, agent)[0] for m in raw]  # as the compaction hands it on
-    await promote(upstream, None, _Lent(), job, folded, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
-    text = body["messages"][-1]["content"]
+    text = await _read(job, folded)
     assert text == span_text([redact_written(m, scope)[0] for m in raw])
     assert SECRET not in text and "acme-0badc0de" not in text and "[[REDACTED]" not in text
 
@@ -105,10 +104,7 @@ async def test_tool_call_arguments_never_reach_the_extraction() -> None:
     for redaction in ((), compile_patterns(())):
         job = _job(32000)
         job.memory_patterns, job.redaction = compile_patterns(()), redaction
-        upstream = _Upstream()
-        await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-        [body] = upstream.bodies
-        assert body["messages"][-1]["content"] == "[tool]\ndeployed"
+        assert await _read(job, span) == "[tool]\ndeployed"
 
 
 async def test_arguments_the_extraction_does_not_read_are_not_redacted(
@@ -132,9 +128,7 @@ async def test_arguments_the_extraction_does_not_read_are_not_redacted(
     ]
     job = _job(32000)
     job.memory_patterns = compile_patterns(())
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    assert upstream.bodies[0]["messages"][-1]["content"] == "[assistant]\nwriting\n\n[tool]\nok"
+    assert await _read(job, span) == "[assistant]\nwriting\n\n[tool]\nok"
     assert seen == ["ok", "writing"]
 
 
@@ -153,10 +147,7 @@ async def test_a_secret_in_a_form_the_fact_check_reads_through_is_never_shown(
     ]
     job = _job(32000)
     job.memory_patterns, job.redaction = compile_patterns(()), agent_redaction
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
-    text = body["messages"][-1]["content"]
+    text = await _read(job, span)
     assert SECRET not in text and text.count("[REDACTED]") == 3, text
     assert text.endswith("we deploy with make release")
 
@@ -168,10 +159,7 @@ async def test_what_span_text_renders_of_any_role_is_redacted() -> None:
     span = [{"role": "user", "content": [{"type": "refusal", "refusal": f"PASSWORD='{SECRET}'"}]}]
     job = _job(32000)
     job.memory_patterns = compile_patterns(())
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
-    assert body["messages"][-1]["content"] == "[user]\nPASSWORD='[REDACTED]'"
+    assert await _read(job, span) == "[user]\nPASSWORD='[REDACTED]'"
 
 
 async def test_text_whose_read_form_holds_no_secret_is_read_as_sent() -> None:
@@ -187,10 +175,7 @@ async def test_text_whose_read_form_holds_no_secret_is_read_as_sent() -> None:
     ]
     job = _job(32000)
     job.memory_patterns = compile_patterns(())
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
-    text = body["messages"][-1]["content"]
+    text = await _read(job, span)
     assert text.startswith(f"[user]\n{legit}\n\n[tool]\n"), text
     assert SECRET not in text and text.count("[REDACTED]") == 1, text
 
@@ -202,8 +187,5 @@ async def test_a_secret_only_the_raw_form_shows_is_redacted_in_a_folded_message(
     job = _job(32000)
     job.memory_patterns = compile_patterns(("ＡＣＭＥ-[0-9]+",))
     span = [{"role": "user", "content": f'ＡＣＭＥ-123 ｐａｓｓｗｏｒｄ: "{SECRET}"'}]
-    upstream = _Upstream()
-    await promote(upstream, None, _Lent(), job, span, count=_count)  # type: ignore[arg-type]
-    [body] = upstream.bodies
-    text = body["messages"][-1]["content"]
+    text = await _read(job, span)
     assert "123" not in text and SECRET not in text and text.count("[REDACTED]") == 2, text
