@@ -14,6 +14,7 @@ from proxy.cascade.overflow import OVERFLOW, calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
+from proxy.cascade.summary import SUMMARY
 from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded
 from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import (
@@ -194,3 +195,9 @@ def test_a_resent_memory_message_left_out_leaves_the_clients_oldest_message_drop
     assert "u" * 1600 not in _text(out.messages) and "a fact" not in _text(out.messages)
     assert out.messages[-1] == window[-1]
     assert 1 in out.trimmed
+    # after a compaction: the summary's own user message is the head, and the client's
+    # oldest message after it goes as before
+    window = (window[0], assistant("a" * 1600), window[3])
+    step = replace(_step(window, 500, kept={"memory": None}), summary="## Objective\nship")
+    out = assemble(step, (SUMMARY, *STAGES))
+    assert "a" * 1600 not in _text(out.messages) and out.trimmed == (1,)
