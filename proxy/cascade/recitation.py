@@ -20,13 +20,13 @@ system message, which some providers refuse at that position, nor an assistant p
 list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
 so the window row keeps the client's text and only the prompt carries the block. A client
 that resends the prompt it was sent holds a block in each user or tool message that was the
-tail at a step: a whole block as this stage renders it, ending such a message before the
-turn's user message, is left out of the prompt (the row keeps it), so the prompt recites one
-plan and does not grow by one a step. The turn's user message is the client's new text, which
-the proxy sent with the turn's own block alone: only that block, byte for byte, goes from it
-(a plan in the proxy's form that the user wrote stays on every step of the turn), unless the
-turn has no block, the guard having left it out, when the form tells as before. The last
-message is the client's new text too: a plan in it stays.
+tail at a step: a whole block as this stage renders it, ending such a message (not the last,
+nor the turn's user message), is left out of the prompt (the row keeps it), so the prompt
+recites one plan and does not grow by one a step. The turn's user message is the client's
+new text, which the proxy sent with the turn's own block alone: only that block, byte for
+byte, goes from it (a plan in the proxy's form that the user wrote stays on every step of the
+turn), unless the turn has none (the guard left it out, or the summary has no plan), when the
+form tells. The last message is the client's new text too: a plan in it stays.
 """
 
 from __future__ import annotations
