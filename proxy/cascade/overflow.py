@@ -309,9 +309,9 @@ def _fit(
         limit=budget.limit,
         reserved_output=budget.reserved_output,
         fixed=budget.fixed,
-        # the memory stage may have put a system message of its own on top
-        protected_head=max(step.system_count, system_prefix_count(messages))
-        + (1 if step.summary else 0),
+        # the prompt's own leading system messages: the memory stage may have put one of its
+        # own on top, or left out a resent one that was its block alone
+        protected_head=system_prefix_count(messages) + (1 if step.summary else 0),
         trim_current_turn=True,
         target=int((budget.limit - budget.reserved_output) * TRIM_TARGET),
         observation_prefixes=step.ctx.observations.user_prefixes,

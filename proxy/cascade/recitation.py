@@ -20,10 +20,13 @@ system message, which some providers refuse at that position, nor an assistant p
 list-of-parts content gets an extra text part. It is never stored: the stage marks nothing,
 so the window row keeps the client's text and only the prompt carries the block. A client
 that resends the prompt it was sent holds a block in each user or tool message that was the
-tail at a step: a whole block as this stage renders it, ending such a message before the
-last, is left out of the prompt (the row keeps it), so the prompt recites one plan and does
-not grow by one a step. The last message is the client's new text, which the proxy never
-sent: a plan in it is the user's own and stays.
+tail at a step: a whole block as this stage renders it, ending such a message (not the last,
+nor the turn's user message), is left out of the prompt (the row keeps it), so the prompt
+recites one plan and does not grow by one a step. The turn's user message is the client's
+new text, which the proxy sent with the turn's own block alone: only that block, byte for
+byte, goes from it (a plan in the proxy's form that the user wrote stays on every step of the
+turn), unless the turn has none (the guard left it out, or the summary has no plan), when the
+form tells. The last message is the client's new text too: a plan in it stays.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Callable
 
 from proxy.cascade.briefing import says_nothing, section
 from proxy.cascade.overflow import block_room
+from proxy.cascade.phases import turn_start
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import append_block, quote_closing_tag
 from proxy.cascade.types import Message, StageResult
@@ -119,11 +123,21 @@ def recite(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     view-resending client holds from an earlier step is left out (``_unrecited``), from the
     messages before the last: the last is the client's new text, never one the proxy sent, so
     a plan in it is the user's own, read as written (the turn's block byte for byte there is
-    not added twice). A session without a summary has had no plan recited, so none goes."""
+    not added twice), and so is the turn's user message, which loses only the turn's block
+    byte for byte when the turn has one (module docstring). A session without a summary has
+    had no plan recited, so none goes."""
     block = step.answers.get("recitation")
     out = messages
     if step.summary is not None:  # without one no plan was recited: every block is the user's
-        out = (*(_unrecited(m) for m in messages[:-1]), *messages[-1:])
+        turn = turn_start(messages, step.ctx.observations.user_prefixes)
+        own = block if isinstance(block, str) and block else None
+        out = (
+            *(
+                _unrecited(m) if i != turn or own is None else _without(m, own)
+                for i, m in enumerate(messages[:-1])
+            ),
+            *messages[-1:],
+        )
     if (
         not isinstance(block, str)
         or not block
@@ -141,6 +155,17 @@ def _ends_with(msg: Message, block: str) -> bool:
     if isinstance(content, list):
         return bool(content) and content[-1] == {"type": "text", "text": block}
     return isinstance(content, str) and (content == block or content.endswith("\n\n" + block))
+
+
+def _without(msg: Message, block: str) -> Message:
+    """``msg`` without ``block`` where :func:`append_block` put it, ending it; else ``msg``."""
+    if not _ends_with(msg, block):
+        return msg
+    content = msg.get("content")
+    if isinstance(content, list):
+        return {**msg, "content": content[:-1]}
+    assert isinstance(content, str)
+    return {**msg, "content": content[: max(len(content) - len(block) - 2, 0)]}
 
 
 def _unrecited(msg: Message) -> Message:

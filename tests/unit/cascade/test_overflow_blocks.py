@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from proxy.cascade.commands import COMMANDS, compact_reply_text
-from proxy.cascade.memory_block import MEMORY
+from proxy.cascade.memory_block import MEMORY, render_memory
 from proxy.cascade.overflow import OVERFLOW, calibrated_count
 from proxy.cascade.pipeline import StepInput, assemble
 from proxy.cascade.recitation import RECITATION
 from proxy.cascade.retrieval import RETRIEVAL_STAGE
+from proxy.cascade.summary import SUMMARY
 from proxy.cascade.types import TRIMMED, Budget, ContextLengthExceeded
 from proxy.config_context import ContextConfig
 from tests.unit.cascade.summary_builders import (
@@ -177,3 +178,26 @@ def test_a_refusal_counts_past_a_compact_exchange_the_prompt_leaves_out() -> Non
     with pytest.raises(ContextLengthExceeded) as err:
         assemble(step, (COMMANDS, *STAGES))
     assert "(the 5th message from the end, role user)" in str(err.value)
+
+
+def test_a_resent_memory_message_left_out_leaves_the_clients_oldest_message_droppable() -> None:
+    """A view-resending client without a system prompt holds the proxy's memory message
+    first; with no fact left to list the stage leaves it out, and the guard protects the
+    head the prompt has then, not the window's: the client's oldest message was protected
+    in its place, so a prompt that fits without it was refused."""
+    window = (
+        system(render_memory(["a fact since deleted"]) or ""),
+        user("u" * 1600),  # the oldest message, 400 tokens
+        assistant("a" * 40),
+        user("c" * 1200),
+    )
+    out = assemble(_step(window, 500, kept={"memory": None}), STAGES)
+    assert "u" * 1600 not in _text(out.messages) and "a fact" not in _text(out.messages)
+    assert out.messages[-1] == window[-1]
+    assert 1 in out.trimmed
+    # after a compaction: the summary's own user message is the head, and the client's
+    # oldest message after it goes as before
+    window = (window[0], assistant("a" * 1600), window[3])
+    step = replace(_step(window, 500, kept={"memory": None}), summary="## Objective\nship")
+    out = assemble(step, (SUMMARY, *STAGES))
+    assert "a" * 1600 not in _text(out.messages) and out.trimmed == (1,)

@@ -233,12 +233,14 @@ def test_a_client_resending_the_prompt_it_was_sent_holds_one_plan() -> None:
     was the tail at a step (this turn's or an earlier turn's): the prompt recites one, at the
     tail, so the history does not grow by a plan a step."""
     old = "<plan>\n## Next Step\nread a.py\n</plan>"
-    window = (system("s"), user("do\n\n" + old), assistant_calls(("c1", "cat", {})))
-    window += (tool("c1", "one\n\n" + PLAN), assistant_calls(("c2", "cat", {})))
+    window = (system("s"), user("look\n\n" + old), assistant("ok"), user("do\n\n" + PLAN))
+    window += (assistant_calls(("c1", "cat", {})), tool("c1", "one\n\n" + PLAN))
+    window += (assistant_calls(("c2", "cat", {})),)
     window += ({"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": PLAN}]},)
     out = assemble(_step(window))
-    assert out.messages[1]["content"].endswith("</conversation_summary>\n\ndo")
-    assert out.messages[3]["content"] == "one"
+    assert out.messages[1]["content"].endswith("</conversation_summary>\n\nlook")
+    assert out.messages[3]["content"] == "do"
+    assert out.messages[5]["content"] == "one"
     assert out.messages[-1]["content"] == [{"type": "text", "text": PLAN}]
     assert out.window == window  # the client's text is stored as sent
 
@@ -278,3 +280,18 @@ def test_a_session_without_a_summary_keeps_every_plan_its_user_wrote() -> None:
     out = assemble(_step(window, summary=None))
     assert out.messages[1]["content"] == own
     assert recite(window, replace(_step(window, summary=None), answers={})).messages == window
+
+
+def test_the_turns_user_message_keeps_a_plan_the_user_wrote_through_the_tool_loop() -> None:
+    """In an agent's tool loop the turn's user message is no longer the last, yet it is the
+    client's new text of this turn, which the proxy sent only with the turn's own block: a
+    plan in the proxy's form that the user ends it with reaches the model on every step;
+    the turn's block, byte for byte (a resending client's), does not come twice."""
+    own = "my plan:\n\n<plan>\n## Next Step\nrewrite b.py first\n</plan>"
+    loop = (assistant_calls(("c1", "cat", {})), tool("c1", "out"))
+    out = assemble(_step((system("s"), user(own), *loop)))
+    assert out.messages[1]["content"].endswith("\n\n" + own)
+    assert out.messages[-1]["content"] == "out\n\n" + PLAN
+    resent = assemble(_step((system("s"), user("do\n\n" + PLAN), *loop)))
+    assert resent.messages[1]["content"].endswith("</conversation_summary>\n\ndo")
+    assert resent.messages[-1]["content"] == "out\n\n" + PLAN
