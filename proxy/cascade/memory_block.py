@@ -21,13 +21,13 @@ beside the block that dropped it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.cascade.memory import fact_key
 from proxy.cascade.overflow import block_room, guard_factor
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, quote_closing_tag
+from proxy.cascade.text import append_block, quote_closing_tag, whole_block
 from proxy.cascade.types import LEADING_ROLES, Marks, Message, StageResult
 from proxy.config_context import ContextConfig
 
@@ -192,7 +192,11 @@ def _replaced(msg: Message, block: str | None) -> Message | None:
     if isinstance(content, list):
         for i in range(len(content) - 1, -1, -1):
             part = content[i]
-            if isinstance(part, dict) and part.get("type") == "text" and _rendered(part):
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and whole_block(part.get("text"), _HEAD, _TAIL)
+            ):
                 new = [] if block is None else [{"type": "text", "text": block}]
                 return {**msg, "content": [*content[:i], *new, *content[i + 1 :]]}
         return None
@@ -207,15 +211,6 @@ def _replaced(msg: Message, block: str | None) -> Message | None:
     rest = content[end:]
     head = content[: max(at - 2, 0)]
     return {**msg, "content": head + rest if head else rest.removeprefix("\n\n")}
-
-
-def _rendered(part: Mapping[str, object]) -> bool:
-    text = part.get("text")
-    return (
-        isinstance(text, str)
-        and text.startswith(_HEAD)
-        and text.find(_TAIL) == len(text) - len(_TAIL)
-    )
 
 
 def _injects(ctx: ContextConfig) -> bool:

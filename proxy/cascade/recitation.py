@@ -37,7 +37,7 @@ from proxy.cascade.briefing import says_nothing, section
 from proxy.cascade.overflow import block_room
 from proxy.cascade.phases import turn_start
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, quote_closing_tag
+from proxy.cascade.text import append_block, quote_closing_tag, whole_block
 from proxy.cascade.types import Message, StageResult
 
 __all__ = [
@@ -189,12 +189,8 @@ def _unrecited(msg: Message) -> Message:
 def _recited(text: object) -> bool:
     """Whether ``text`` is a whole block this stage renders (``_render``): the summary's
     closing tags in it are quoted, so its only ``</plan>`` ends it."""
-    if not isinstance(text, str) or not text.endswith("\n" + PLAN_CLOSE):
-        return False
-    head = f"{PLAN_OPEN}\n"
-    return text.startswith(tuple(head + h + "\n" for h in _RECITED)) and (
-        text.find(PLAN_CLOSE) == len(text) - len(PLAN_CLOSE)
-    )
+    heads = tuple(f"{PLAN_OPEN}\n{h}\n" for h in _RECITED)
+    return whole_block(text, heads, PLAN_CLOSE) and text.endswith("\n" + PLAN_CLOSE)
 
 
 def _turn_plan(step: StepInput) -> str | None:

@@ -31,7 +31,13 @@ from proxy.cascade.overflow import block_room
 from proxy.cascade.pins import pin
 from proxy.cascade.redaction import patterns_of, redact
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, content_text, quote_closing_tag, remove_block
+from proxy.cascade.text import (
+    append_block,
+    content_text,
+    quote_closing_tag,
+    remove_block,
+    whole_block,
+)
 from proxy.cascade.types import RETRIEVAL, Event, Message, StageResult
 
 __all__ = [
@@ -276,7 +282,11 @@ def _unrelated(msg: Message) -> Message:
         return msg
     content = msg.get("content")
     if isinstance(content, list):
-        kept = [p for p in content if not (isinstance(p, dict) and _rendered(p.get("text")))]
+        kept = [
+            p
+            for p in content
+            if not (isinstance(p, dict) and whole_block(p.get("text"), _OPENING, RELATED_CLOSE))
+        ]
         return msg if len(kept) == len(content) else {**msg, "content": kept}
     if not isinstance(content, str) or _OPENING not in content:
         return msg
@@ -295,14 +305,6 @@ def _without_blocks(text: str) -> str:
         limit = at - 2 if at >= 2 and text.startswith("\n\n", at - 2) else at
     kept.append(text[:limit])
     return "".join(reversed(kept))
-
-
-def _rendered(text: object) -> bool:
-    return (
-        isinstance(text, str)
-        and text.startswith(_OPENING)
-        and text.find(RELATED_CLOSE) == len(text) - len(RELATED_CLOSE)
-    )
 
 
 _REPORTED = ("hits", "best_score", "took_ms", "error", "model", "positions")

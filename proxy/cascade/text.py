@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "append_block",
@@ -22,6 +22,7 @@ __all__ = [
     "part_text",
     "quote_closing_tag",
     "remove_block",
+    "whole_block",
     "with_text",
 ]
 
@@ -122,6 +123,17 @@ def remove_block(msg: Mapping[str, Any], block: str) -> dict[str, Any] | None:
         rest = content[len(block) :]
         return {**msg, "content": rest[2:] if rest.startswith("\n\n") else rest}
     return None
+
+
+def whole_block(text: object, opening: str | tuple[str, ...], close: str) -> TypeGuard[str]:
+    """Whether ``text`` is one whole block as a stage renders it: it begins with ``opening``
+    and its first ``close`` ends it. The stages quote the closing tags of what they quote,
+    so a block's own closing tag is its first; text after it is not the block's."""
+    return (
+        isinstance(text, str)
+        and text.startswith(opening)
+        and text.find(close) == len(text) - len(close)
+    )
 
 
 @cache
