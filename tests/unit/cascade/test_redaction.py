@@ -14,6 +14,7 @@ from proxy.cascade.redaction import (
     redact_message,
 )
 from proxy.cascade.redaction_calls import redact_written
+from proxy.cascade.text import content_text
 from tests.unit.cascade.builders import tool, user
 from tests.unit.cascade.fake_credentials import (
     ANTHROPIC,
@@ -313,6 +314,25 @@ def test_a_refusal_is_redacted_as_the_content_is() -> None:
     assert out["content"][0] is text
     calm = {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "refusal": "no"}
     assert redact_written(calm, patterns) == (calm, 0) and redact_written(calm, patterns)[0] is calm
+
+
+@pytest.mark.parametrize("role", ["user", "tool", "system", "function"])
+def test_a_refusal_part_is_redacted_whatever_the_role(role: str) -> None:
+    """A lenient provider takes a ``refusal`` part in any message, and the summary's input
+    and the extraction render its text whatever the role (``content_text``): redacted only
+    in an assistant's, a key quoted in a user's or a tool result's was stored, resent and
+    summarised as written. The rescan (``redact_message``) reads it as ingestion does."""
+    text = {"type": "text", "text": "plain"}
+    msg = {"role": role, "content": [text, {"type": "refusal", "refusal": f"key {AWS_ID}"}]}
+    for redactor in (redact_message, redact_written):
+        out, n = redactor(msg, PATTERNS)
+        assert out["content"] == [text, {"type": "refusal", "refusal": f"key {REDACTED}"}], role
+        assert n == 1 and out["content"][0] is text
+        assert AWS_ID not in content_text(out["content"], media=True)
+    field = {"role": role, "content": "plain", "refusal": f"I won't use {AWS_ID}"}
+    assert redact_written(field, PATTERNS) == ({**field, "refusal": f"I won't use {REDACTED}"}, 1)
+    calm = {"role": role, "content": [{"type": "refusal", "refusal": "no"}], "refusal": "no"}
+    assert redact_written(calm, PATTERNS)[0] is calm and redact_message(calm, PATTERNS)[0] is calm
 
 
 def test_a_quoted_value_holding_escaped_quotes_is_redacted_whole() -> None:
