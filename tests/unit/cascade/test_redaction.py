@@ -321,7 +321,7 @@ def test_a_refusal_part_is_redacted_whatever_the_role(role: str) -> None:
     """A lenient provider takes a ``refusal`` part in any message, and the summary's input
     and the extraction render its text whatever the role (``content_text``): redacted only
     in an assistant's, a key quoted in a user's or a tool result's was stored, resent and
-    summarised as written. The rescan (``redact_message``) reads it as ingestion does."""
+    summarised as written. Both redactors (the rescan uses the second) read it."""
     text = {"type": "text", "text": "plain"}
     msg = {"role": role, "content": [text, {"type": "refusal", "refusal": f"key {AWS_ID}"}]}
     for redactor in (redact_message, redact_written):
