@@ -335,6 +335,20 @@ def test_a_refusal_part_is_redacted_whatever_the_role(role: str) -> None:
     assert redact_written(calm, PATTERNS)[0] is calm and redact_message(calm, PATTERNS)[0] is calm
 
 
+def test_a_bare_string_part_is_redacted_as_the_summary_renders_it() -> None:
+    """A part given as a bare string (a lenient provider takes ``["a", "b"]`` as content)
+    is text ``content_text`` renders into the summary's input and the extraction: it is
+    redacted in its place, still a string, and with its neighbour as one text."""
+    msg = {"role": "tool", "content": ["plain", f"key {AWS_ID}", {"type": "image_url"}]}
+    for redactor in (redact_message, redact_written):
+        out, n = redactor(msg, PATTERNS)
+        assert out["content"] == ["plain", f"key {REDACTED}", {"type": "image_url"}] and n == 1
+    split = {"role": "user", "content": [f"key {AWS_ID[:8]}", AWS_ID[8:]]}
+    assert "".join(redact_message(split, PATTERNS)[0]["content"]) == f"key {REDACTED}"
+    calm = {"role": "user", "content": ["plain"]}
+    assert redact_message(calm, PATTERNS)[0] is calm
+
+
 def test_a_quoted_value_holding_escaped_quotes_is_redacted_whole() -> None:
     """A secret's quoted value read to its closing quote, past the quotes it escapes: AWS
     Secrets Manager's ``SecretString`` is JSON in a string, whose keys need not name a
