@@ -188,34 +188,80 @@ async def test_a_last_folded_message_trimmed_meanwhile_still_takes_the_summary(
     assert await valid_over_superseded(a) == []
 
 
-async def test_a_claim_taken_from_a_compaction_past_its_lease_sees_what_it_wrote(
-    conns: Any,
-) -> None:
-    """Compaction A's claim lapsed (its replica stalled past the lease) while its insert
-    runs: the insert checked the claim, still A's, and wrote its row, uncommitted, when B
-    takes the claim and reads the session to fold it. B's claim waits for the insert, so B
-    reads A's summary; taken first, it would read none, and A's summary would land after
-    the claim passed, under B's compaction, which folds as if it were not there."""
-    a, b, watcher = conns
-    claim = {"tenant": T, "session_id": S}
-    assert await leases.claim_compaction(a, owner=A, ttl=60.0, **claim)
-    await a.execute(
+CLAIM = {"tenant": T, "session_id": S}
+
+
+async def lapsed_claim(conn: Any) -> None:
+    """Compaction A's claim, lapsed: its replica stalled past the lease."""
+    assert await leases.claim_compaction(conn, owner=A, ttl=60.0, **CLAIM)
+    await conn.execute(
         "UPDATE sessions SET compaction_expires = clock_timestamp() - interval '1 second'"
         " WHERE tenant = $1 AND id = $2",
         T,
         S,
     )
+
+
+async def take(conn: Any, after: asyncio.Event | None = None) -> list[int]:
+    """Compaction B takes the lapsed claim and reads the session's summaries to fold."""
+    if after is not None:
+        await after.wait()
+    assert await leases.claim_compaction(conn, owner=B, ttl=60.0, **CLAIM)
+    return [r["version"] for r in await summaries.fetch_summaries(conn, **CLAIM)]
+
+
+async def waits(watcher: Any, task: asyncio.Task[Any], n: int) -> None:
+    """Until ``task`` ends or ``n`` statements of this database wait on a lock (a backend's
+    own pid is not the server's through a pooler)."""
+    async with asyncio.timeout(10):
+        while not task.done():
+            waiting = await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if waiting >= n:
+                return
+            await asyncio.sleep(0.01)  # a poll of the condition, not a wait for it
+
+
+async def test_a_claim_taken_from_a_compaction_past_its_lease_sees_what_it_wrote(
+    conns: Any,
+) -> None:
+    """Compaction A's claim lapsed while its insert runs: the insert checked the claim,
+    still A's, and wrote its row, uncommitted, when B takes the claim and reads the session
+    to fold it. B's claim waits for the insert, so B reads A's summary; taken first, it
+    would read none, and A's summary would land after the claim passed, under B's
+    compaction, which folds as if it were not there."""
+    a, b, watcher = conns
+    await lapsed_claim(a)
     written = asyncio.Event()
-
-    async def take() -> list[int]:
-        await written.wait()
-        assert await leases.claim_compaction(b, owner=B, ttl=60.0, **claim)
-        return [r["version"] for r in await summaries.fetch_summaries(b, **claim)]
-
-    taken = asyncio.create_task(take())
+    taken = asyncio.create_task(take(b, written))
     async with a.transaction():
         stored = await insert(a, 20, owner=A)
         written.set()
         await waiting_or_done(watcher, taken)
     seen = await taken
     assert stored == 1 and seen == [1]
+
+
+async def test_a_claim_taken_while_the_insert_waits_on_the_folded_row_sees_its_summary(
+    conns: Any, pool: asyncpg.Pool
+) -> None:
+    """The insert as one autocommit statement: it waits for the last folded message's row
+    (a trim of it in flight) when B takes A's lapsed claim. Its claim check had read the
+    snapshot, A's; B's claim waits for the insert, which holds the session row, and reads
+    the summary it wrote."""
+    a, b, watcher = conns
+    await lapsed_claim(a)
+    async with pool.acquire() as trim, trim.transaction():
+        await trim.execute(
+            "SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = $3 FOR UPDATE",
+            T,
+            S,
+            BOUNDARY - 1,
+        )
+        stored = asyncio.create_task(insert(a, 20, owner=A))
+        await waits(watcher, stored, 1)
+        taken = asyncio.create_task(take(b))
+        await waits(watcher, taken, 2)
+    assert await stored == 1 and await taken == [1]
