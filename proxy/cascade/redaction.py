@@ -39,7 +39,13 @@ from typing import Any
 import ahocorasick_rs
 
 from proxy.cascade.literals import start_literals
-from proxy.cascade.redaction_parts import redact_across, replace_match, text_runs
+from proxy.cascade.redaction_parts import (
+    part_texts,
+    redact_across,
+    replace_match,
+    rewritten,
+    text_runs,
+)
 from proxy.cascade.secret_patterns import DEFAULT_PATTERNS, REDACTED
 from proxy.cascade.types import Message
 from proxy.config_context import RedactionConfig
@@ -350,8 +356,9 @@ def _holding(pieces: Sequence[str], patterns: Sequence[re.Pattern[str]]) -> Sequ
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
     """Redact a message's content: a string, or its text parts, each and then each run of
     them side by side as one text (a secret split between parts: ``redaction_parts``).
-    Returns the *same* message object when nothing matched (the prompt cache keeps its
-    prefix), else a new dict with only ``content`` replaced."""
+    A part's text is what the summary renders (``redaction_parts.part_texts``), whatever
+    the role. Returns the *same* message object when nothing matched (the prompt cache
+    keeps its prefix), else a new dict with only ``content`` replaced."""
     content = msg.get("content")
     if isinstance(content, str):
         text, n = redact(content, patterns)
@@ -360,23 +367,19 @@ def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
         return msg, 0
     total = 0
     parts: list[Any] = list(content)
-    texts: dict[int, str] = {}  # each text part's place -> its text, redacted below
-    for i, part in enumerate(parts):  # ``type`` first: isinstance of an ABC costs more
-        held = part.get("text") if type(part) is dict or isinstance(part, Mapping) else None
-        if type(held) is str or isinstance(held, str):
-            texts[i] = held
+    texts, keys = part_texts(parts)  # each text part's place -> its text, redacted below
     places = list(texts)
     holding = _holding(list(texts.values()), patterns)
     for i in (places[k] for k in holding):
         text, n = redact(texts[i], patterns)
         if n:
             total += n
-            parts[i], texts[i] = {**parts[i], "text": text}, text
+            parts[i], texts[i] = rewritten(parts[i], keys.get(i, "text"), text), text
     for run in text_runs(places) if holding else ():
         if len(run) > 1 and redact("".join(texts[i] for i in run), patterns)[1]:
             pieces, n = redact_across([texts[i] for i in run], patterns, _starts(patterns))
             for i, piece in zip(run, pieces, strict=True):
                 if piece != texts[i]:
-                    parts[i] = {**parts[i], "text": piece}
+                    parts[i] = rewritten(parts[i], keys.get(i, "text"), piece)
             total += n
     return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)

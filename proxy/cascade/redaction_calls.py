@@ -1,6 +1,6 @@
 """Redaction of what a model reads in a message besides its content's text: the arguments
-of its tool calls (or legacy ``function_call``) and its refusal (the ``refusal`` field, or
-``refusal`` parts), which are text the model reads as much."""
+of its tool calls (or legacy ``function_call``) and its ``refusal`` field, which are text the
+model reads as much."""
 
 from __future__ import annotations
 
@@ -339,29 +339,13 @@ def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[A
     return {**call, "function": {**fn, "arguments": text}}, n
 
 
-def _redact_refusals(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """``msg`` with its ``refusal`` text and its content's ``refusal`` parts redacted (an
-    assistant's: no other role refuses)."""
-    out, total = msg, 0
-    if msg.get("role") != "assistant":
+def _redact_refusal(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
+    """``msg`` with its ``refusal`` field redacted, whatever its role (its ``refusal`` parts
+    are content: ``redact_message`` reads them)."""
+    if not isinstance(msg.get("refusal"), str):
         return msg, 0
-    if isinstance(msg.get("refusal"), str):
-        text, total = redact(msg["refusal"], patterns)
-        if total:
-            out = {**msg, "refusal": text}
-    content = msg.get("content")
-    if not isinstance(content, Sequence) or isinstance(content, str):
-        return out, total
-    parts, n = list(content), 0
-    for i, part in enumerate(parts):
-        if not isinstance(part, Mapping) or part.get("type") != "refusal":
-            continue
-        held = part.get("refusal")
-        if isinstance(held, str):
-            text, found = redact(held, patterns)
-            if found:
-                parts[i], n = {**part, "refusal": text}, n + found
-    return (out, total) if n == 0 else ({**out, "content": parts}, total + n)
+    text, n = redact(msg["refusal"], patterns)
+    return (msg, 0) if n == 0 else ({**msg, "refusal": text}, n)
 
 
 def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
@@ -373,7 +357,7 @@ def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
     for another model (the summary's input) is redacted here. The same object comes back
     when nothing matched."""
     out, total = redact_message(msg, patterns)
-    out, n = _redact_refusals(out, patterns)
+    out, n = _redact_refusal(out, patterns)
     total += n
     calls = msg.get("tool_calls")
     if isinstance(calls, Sequence) and not isinstance(calls, str):

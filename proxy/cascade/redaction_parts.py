@@ -13,12 +13,13 @@ screenshot and ``Then`` below it one match.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
+from typing import Any
 
 from proxy.cascade.secret_patterns import REDACTED
 
-__all__ = ["replace_match", "redact_across", "text_runs"]
+__all__ = ["part_texts", "replace_match", "redact_across", "rewritten", "text_runs"]
 
 
 def replace_match(match: re.Match[str], groups: tuple[str, ...]) -> str:
@@ -95,3 +96,29 @@ def text_runs(places: Sequence[int]) -> list[list[int]]:
         else:
             runs.append([i])
     return runs
+
+
+def part_texts(parts: Sequence[Any]) -> tuple[dict[int, str], dict[int, str]]:
+    """Each part's text by its place, as ``text.part_text`` reads it whatever the role: a
+    bare string, its ``text``, else its ``refusal`` (a lenient provider takes either in a
+    user's or a tool's message, and the summary renders it); and the key of each text not
+    under ``text`` (``""``: the part itself)."""
+    texts: dict[int, str] = {}
+    keys: dict[int, str] = {}
+    for i, part in enumerate(parts):  # ``type`` first: isinstance of an ABC costs more
+        if type(part) is dict or isinstance(part, Mapping):
+            held = part.get("text")
+            if not isinstance(held, str) and "refusal" in part:
+                held, keys[i] = part["refusal"], "refusal"
+        elif isinstance(part, str):
+            held, keys[i] = part, ""
+        else:
+            continue
+        if type(held) is str or isinstance(held, str):
+            texts[i] = held
+    return texts, keys
+
+
+def rewritten(part: Any, key: str, text: str) -> Any:
+    """``part`` with its text, under ``key`` (``""``: the part itself), as ``text``."""
+    return text if key == "" else {**part, key: text}

@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from proxy.cascade.redaction import redact_message
+from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.types import Message
 from proxy.session_id import SessionKey
 
@@ -93,5 +93,6 @@ class WindowRescan:
 
 
 def _redacted(message: Message, patterns: tuple[re.Pattern[str], ...]) -> Message:
-    """``message`` redacted with ``patterns``, the model's own as it came."""
-    return message if message.get("role") == "assistant" else redact_message(message, patterns)[0]
+    """``message`` redacted with ``patterns`` as ingestion redacts it (``redact_written``: its
+    refusal and call arguments too), the model's own as it came."""
+    return message if message.get("role") == "assistant" else redact_written(message, patterns)[0]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from proxy.store.nul import decode, encode
 
@@ -60,6 +63,10 @@ WHERE ($4::text IS NULL OR (EXISTS (
 RETURNING version
 """
 
+LOCK_CLAIM = """
+SELECT true FROM sessions WHERE tenant = $1 AND id = $2 AND compaction_owner = $3 FOR SHARE
+"""
+
 
 async def insert_summary(
     conn: Executor,
@@ -101,25 +108,34 @@ async def insert_summary(
 
     The claim check keeps a compaction of a session deleted meanwhile out of a new session
     made under the same id: a client resending the same history makes the hash check pass
-    there, and the deleted session's summary would outlive its delete.
+    there, and the deleted session's summary would outlive its delete. With ``owner`` the
+    session row is locked first (``LOCK_CLAIM``, ``FOR SHARE``) in the insert's transaction:
+    a claim read in the statement's snapshot alone passed for a compaction whose lease
+    lapsed while another took the claim and read the session, and its summary then landed
+    under the new holder's claim. With the lock the taker's ``claim_compaction`` waits for
+    the insert and reads its summary, or the insert finds the claim gone (None). The lock
+    order is a step's and the taker's: the session row, then the message row.
 
-    The agent check reads the row in the statement's snapshot, unlocked (locking it after
-    the message row would order the locks against a step's, which takes the session row
-    first): a move that commits while the statement runs orders after the summary, as one
-    made just after it would, which the new agent's prompts then carry.
+    The agent check reads the row in the statement's snapshot, not locked by the statement
+    (locking it after the message row would order the locks against a step's, which takes
+    the session row first): a move that commits while the statement runs orders after the
+    summary, as one made just after it would, which the new agent's prompts then carry.
     """
-    version = await conn.fetchval(
-        INSERT_SUMMARY,
-        tenant,
-        session_id,
-        boundary,
-        boundary_hash,
-        encode(content),
-        tokens,
-        None if model is None else encode(model),
-        owner,
-        agent,
-    )
+    args: tuple[Any, ...] = (tenant, session_id, boundary, boundary_hash, encode(content))
+    args += (tokens, None if model is None else encode(model), owner, agent)
+    if owner is None:
+        version = await conn.fetchval(INSERT_SUMMARY, *args)
+        return None if version is None else int(version)
+    async with contextlib.AsyncExitStack() as stack:
+        lent = (
+            await stack.enter_async_context(conn.acquire())
+            if isinstance(conn, asyncpg.Pool)
+            else conn
+        )
+        await stack.enter_async_context(lent.transaction())
+        if not await lent.fetchval(LOCK_CLAIM, tenant, session_id, owner):
+            return None
+        version = await lent.fetchval(INSERT_SUMMARY, *args)
     return None if version is None else int(version)
 
 

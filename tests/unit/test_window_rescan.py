@@ -31,6 +31,20 @@ def test_a_window_is_redacted_again_under_new_patterns_but_the_models_reply() ->
     assert rescan.window(KEY, WINDOW, NEW)[0]["content"] == f"use {REDACTED}"
 
 
+def test_the_rescan_reads_what_ingestion_redacts_in_a_clients_message() -> None:
+    """Ingestion redacts a client's message with ``redact_written``: its refusal parts and
+    its ``refusal`` field too (a lenient provider takes them in a user's message, which is
+    resent every turn). A pass under new patterns reads them as ingestion would."""
+    user = {
+        "role": "user",
+        "content": [{"type": "refusal", "refusal": f"not {CODE}"}],
+        "refusal": f"not {CODE}",
+    }
+    [out] = WindowRescan().window(KEY, (user,), NEW)
+    assert out["content"] == [{"type": "refusal", "refusal": f"not {REDACTED}"}]
+    assert out["refusal"] == f"not {REDACTED}"
+
+
 def test_a_clean_window_is_scanned_once_per_change_of_patterns() -> None:
     rescan = WindowRescan()
     clean = (WINDOW[1],)

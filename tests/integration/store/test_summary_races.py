@@ -15,6 +15,7 @@ edit there, between that message and the boundary, must count as one the summary
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import asyncpg
@@ -26,8 +27,8 @@ from proxy.history import chain
 from proxy.services import incoming
 from proxy.services.history import reconcile_and_load
 from proxy.session_id import SessionKey
-from proxy.store import messages as msgs, summaries
-from tests.integration.store.helpers import OWNER, create_session
+from proxy.store import leases, messages as msgs, summaries
+from tests.integration.store.helpers import OWNER, A, B, create_session
 
 T, S = "t-a", "s1"
 CTX = ContextConfig()
@@ -62,9 +63,10 @@ async def chat(conn: Any, messages: list[dict[str, Any]]) -> None:
     )
 
 
-async def insert(conn: Any, hash_pos: int) -> int | None:
+async def insert(conn: Any, hash_pos: int, owner: uuid.UUID | None = None) -> int | None:
     """The compaction's insert of a summary up to ``BOUNDARY``, its last folded message at
-    ``hash_pos`` (below ``BOUNDARY - 1`` when the messages between were trimmed)."""
+    ``hash_pos`` (below ``BOUNDARY - 1`` when the messages between were trimmed), by the
+    compaction ``owner`` when given."""
     boundary_hash = await conn.fetchval(
         "SELECT hash FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = $3"
         " AND superseded_at IS NULL",
@@ -81,6 +83,7 @@ async def insert(conn: Any, hash_pos: int) -> int | None:
         content="briefing",
         tokens=2,
         model="fast-model",
+        owner=owner,
     )
 
 
@@ -183,3 +186,82 @@ async def test_a_last_folded_message_trimmed_meanwhile_still_takes_the_summary(
     )
     assert await insert(a, 18) == 1
     assert await valid_over_superseded(a) == []
+
+
+CLAIM = {"tenant": T, "session_id": S}
+
+
+async def lapsed_claim(conn: Any) -> None:
+    """Compaction A's claim, lapsed: its replica stalled past the lease."""
+    assert await leases.claim_compaction(conn, owner=A, ttl=60.0, **CLAIM)
+    await conn.execute(
+        "UPDATE sessions SET compaction_expires = clock_timestamp() - interval '1 second'"
+        " WHERE tenant = $1 AND id = $2",
+        T,
+        S,
+    )
+
+
+async def take(conn: Any, after: asyncio.Event | None = None) -> list[int]:
+    """Compaction B takes the lapsed claim and reads the session's summaries to fold."""
+    if after is not None:
+        await after.wait()
+    assert await leases.claim_compaction(conn, owner=B, ttl=60.0, **CLAIM)
+    return [r["version"] for r in await summaries.fetch_summaries(conn, **CLAIM)]
+
+
+async def waits(watcher: Any, task: asyncio.Task[Any], n: int) -> None:
+    """Until ``task`` ends or ``n`` statements of this database wait on a lock (a backend's
+    own pid is not the server's through a pooler)."""
+    async with asyncio.timeout(10):
+        while not task.done():
+            waiting = await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if waiting >= n:
+                return
+            await asyncio.sleep(0.01)  # a poll of the condition, not a wait for it
+
+
+async def test_a_claim_taken_from_a_compaction_past_its_lease_sees_what_it_wrote(
+    conns: Any,
+) -> None:
+    """Compaction A's claim lapsed while its insert runs: the insert checked the claim,
+    still A's, and wrote its row, uncommitted, when B takes the claim and reads the session
+    to fold it. B's claim waits for the insert, so B reads A's summary; taken first, it
+    would read none, and A's summary would land after the claim passed, under B's
+    compaction, which folds as if it were not there."""
+    a, b, watcher = conns
+    await lapsed_claim(a)
+    written = asyncio.Event()
+    taken = asyncio.create_task(take(b, written))
+    async with a.transaction():
+        stored = await insert(a, 20, owner=A)
+        written.set()
+        await waiting_or_done(watcher, taken)
+    seen = await taken
+    assert stored == 1 and seen == [1]
+
+
+async def test_a_claim_taken_while_the_insert_waits_on_the_folded_row_sees_its_summary(
+    conns: Any, pool: asyncpg.Pool
+) -> None:
+    """The insert as one autocommit statement: it waits for the last folded message's row
+    (a trim of it in flight) when B takes A's lapsed claim. Its claim check had read the
+    snapshot, A's; B's claim waits for the insert, which holds the session row, and reads
+    the summary it wrote."""
+    a, b, watcher = conns
+    await lapsed_claim(a)
+    async with pool.acquire() as trim, trim.transaction():
+        await trim.execute(
+            "SELECT 1 FROM messages WHERE tenant = $1 AND session_id = $2 AND pos = $3 FOR UPDATE",
+            T,
+            S,
+            BOUNDARY - 1,
+        )
+        stored = asyncio.create_task(insert(a, 20, owner=A))
+        await waits(watcher, stored, 1)
+        taken = asyncio.create_task(take(b))
+        await waits(watcher, taken, 2)
+    assert await stored == 1 and await taken == [1]

@@ -14,6 +14,7 @@ from proxy.cascade.redaction import (
     redact_message,
 )
 from proxy.cascade.redaction_calls import redact_written
+from proxy.cascade.text import content_text
 from tests.unit.cascade.builders import tool, user
 from tests.unit.cascade.fake_credentials import (
     ANTHROPIC,
@@ -313,6 +314,39 @@ def test_a_refusal_is_redacted_as_the_content_is() -> None:
     assert out["content"][0] is text
     calm = {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "refusal": "no"}
     assert redact_written(calm, patterns) == (calm, 0) and redact_written(calm, patterns)[0] is calm
+
+
+@pytest.mark.parametrize("role", ["user", "tool", "system", "function"])
+def test_a_refusal_part_is_redacted_whatever_the_role(role: str) -> None:
+    """A lenient provider takes a ``refusal`` part in any message, and the summary's input
+    and the extraction render its text whatever the role (``content_text``): redacted only
+    in an assistant's, a key quoted in a user's or a tool result's was stored, resent and
+    summarised as written. Both redactors (the rescan uses the second) read it."""
+    text = {"type": "text", "text": "plain"}
+    msg = {"role": role, "content": [text, {"type": "refusal", "refusal": f"key {AWS_ID}"}]}
+    for redactor in (redact_message, redact_written):
+        out, n = redactor(msg, PATTERNS)
+        assert out["content"] == [text, {"type": "refusal", "refusal": f"key {REDACTED}"}], role
+        assert n == 1 and out["content"][0] is text
+        assert AWS_ID not in content_text(out["content"], media=True)
+    field = {"role": role, "content": "plain", "refusal": f"I won't use {AWS_ID}"}
+    assert redact_written(field, PATTERNS) == ({**field, "refusal": f"I won't use {REDACTED}"}, 1)
+    calm = {"role": role, "content": [{"type": "refusal", "refusal": "no"}], "refusal": "no"}
+    assert redact_written(calm, PATTERNS)[0] is calm and redact_message(calm, PATTERNS)[0] is calm
+
+
+def test_a_bare_string_part_is_redacted_as_the_summary_renders_it() -> None:
+    """A part given as a bare string (a lenient provider takes ``["a", "b"]`` as content)
+    is text ``content_text`` renders into the summary's input and the extraction: it is
+    redacted in its place, still a string, and with its neighbour as one text."""
+    msg = {"role": "tool", "content": ["plain", f"key {AWS_ID}", {"type": "image_url"}]}
+    for redactor in (redact_message, redact_written):
+        out, n = redactor(msg, PATTERNS)
+        assert out["content"] == ["plain", f"key {REDACTED}", {"type": "image_url"}] and n == 1
+    split = {"role": "user", "content": [f"key {AWS_ID[:8]}", AWS_ID[8:]]}
+    assert "".join(redact_message(split, PATTERNS)[0]["content"]) == f"key {REDACTED}"
+    calm = {"role": "user", "content": ["plain"]}
+    assert redact_message(calm, PATTERNS)[0] is calm
 
 
 def test_a_quoted_value_holding_escaped_quotes_is_redacted_whole() -> None:
