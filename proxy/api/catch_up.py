@@ -40,6 +40,13 @@ little early, and a row a read misses comes with the next one (a stream's mark o
 over rows it read)."""
 
 
+STALLED = 10.0
+"""Seconds after which a stream that asked for no read no longer sets where a shared read
+starts: it waits in a send its client does not take (and is closed after
+``SEND_TIMEOUT_SECONDS``), and its mark, left behind, would have every read return what the
+others have; should it ask again, a read from its own mark serves it."""
+
+
 class _Member(Protocol):
     mark: int
 
@@ -65,7 +72,7 @@ class Reads:
     def __init__(self, key: tuple[Any, str, str, datetime], origin: float) -> None:
         self.pool, self.tenant, self.session_id, self.created_at = key
         self.origin = origin
-        self.members: set[_Member] = set()
+        self.members: dict[_Member, float] = {}  # each stream's last ask for a read
         self.latest: _Read | None = None
 
     def due(self, now: float, every: float) -> float:
@@ -75,14 +82,17 @@ class Reads:
 
     async def read(
         self,
-        after: int,
+        member: _Member,
         settle_seconds: float,
         *,
         since: float | None = None,
         holding: int | None = None,
     ) -> list[Page]:
-        """The pages of a read past ``after`` that fits (see the module); a last page of None
-        says the session is gone. A failed read raises to every stream that takes it."""
+        """The pages of a read past ``member``'s mark that fits (see the module); a last page
+        of None says the session is gone. A failed read raises to every stream that takes
+        it."""
+        after = member.mark
+        self.members[member] = asyncio.get_running_loop().time()
         while True:
             latest = self.latest
             if latest is not None and not latest.task.done():
@@ -100,8 +110,9 @@ class Reads:
             return await self._start(after, settle_seconds)
 
     async def _start(self, after: int, settle_seconds: float) -> list[Page]:
-        after = min([after, *(m.mark for m in self.members)])
         loop = asyncio.get_running_loop()
+        asking = (m.mark for m, at in self.members.items() if at >= loop.time() - STALLED)
+        after = min([after, *asking])
         task = loop.create_task(self._fetch(after, settle_seconds))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
         self.latest = _Read(after, loop.time(), task)
@@ -137,10 +148,10 @@ def sharing(
     reads = _SESSIONS.get(key)
     if reads is None:
         reads = _SESSIONS[key] = Reads(key, asyncio.get_running_loop().time())
-    reads.members.add(member)
+    reads.members[member] = asyncio.get_running_loop().time()
     try:
         yield reads
     finally:
-        reads.members.discard(member)
+        reads.members.pop(member, None)
         if not reads.members and _SESSIONS.get(key) is reads:
             del _SESSIONS[key]

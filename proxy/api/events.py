@@ -108,7 +108,7 @@ class _Cursor:
         else:
             reads, since = shared
             holding = None if since is not None else upto
-            shared_pages = await reads.read(self.mark, SETTLE_SECONDS, since=since, holding=holding)
+            shared_pages = await reads.read(self, SETTLE_SECONDS, since=since, holding=holding)
             pages = _each(shared_pages)
         async for read in pages:
             if read is None or not self.reaches(read[0]):

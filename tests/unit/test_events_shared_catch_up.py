@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from proxy.api import events
+from proxy.api import catch_up, events
 from proxy.bus import BusEvent
 from proxy.config import Config
 
@@ -158,3 +158,32 @@ async def _collect_after(
 ) -> None:
     async for frame in events._stream(_Request(), None, bus, session, after):  # type: ignore[arg-type]
         out.append(frame)
+
+
+class _Mark:
+    def __init__(self, mark: int) -> None:
+        self.mark = mark
+
+
+async def test_a_stream_that_stopped_asking_no_longer_holds_the_reads_back(
+    table: _Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream whose client reads nothing waits in a send and asks for no read: its mark,
+    # left behind, had every read of the session's other streams start from it.
+    afters: list[int] = []
+
+    async def fetch(pool: Any, **kw: Any) -> Any:
+        afters.append(kw["after_id"])
+        return await table.fetch(pool, **kw)
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
+    monkeypatch.setattr(catch_up, "STALLED", INTERVAL)
+    stalled, reading, now = _Mark(0), _Mark(100), datetime.now(UTC)
+    with (
+        catch_up.sharing(None, "t", "s", now, stalled) as reads,
+        catch_up.sharing(None, "t", "s", now, reading),
+    ):
+        await reads.read(stalled, 10.0, since=0.0)  # from the lowest mark
+        await asyncio.sleep(INTERVAL * 2)
+        await reads.read(reading, 10.0, since=asyncio.get_running_loop().time())
+    assert afters == [0, 100]
