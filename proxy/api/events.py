@@ -12,11 +12,14 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from proxy import sse
-from proxy.api.deps import BIGINT_MAX, BusDep, PoolDep, SessionIdDep, TenantDep
+from proxy.api import catch_up
+from proxy.api.catch_up import Page, Reads
+from proxy.api.deps import BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.api.event_stream import EventStream
+from proxy.api.last_event_id import LAST_EVENT_ID, LAST_EVENT_ID_QUERY, after as _after
 from proxy.auth import PROXY_KEY
 from proxy.bus import LAGGED, RELISTENED, SESSION_GONE, BusEvent, EventBus
-from proxy.errors import ClientRequestError, NotFound
+from proxy.errors import NotFound
 from proxy.store import events as store, nul, sessions
 from proxy.store.db import DatabaseUnavailable
 
@@ -85,29 +88,35 @@ class _Cursor:
         return due
 
     async def catch_up(
-        self, pool: Any, tenant: str, session_id: str, upto: int | None = None
+        self,
+        pool: Any,
+        tenant: str,
+        session_id: str,
+        upto: int | None = None,
+        shared: tuple[Reads, float | None] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Read the table past ``mark``; move ``mark`` over settled rows only. The same
         statement reads the session's agent, judged before any of its rows is sent. With
         ``upto`` (a live event's id), the rows past it are kept in ``ahead``, unsent: each
         goes out in its place in the live order, after the transient events published
-        before it (a reply's last deltas before its ``context.usage``)."""
-        after_id, settled, self.ahead = self.mark, True, []
-        while True:
-            read = await store.fetch_session_events_after(
-                pool,
-                tenant=tenant,
-                session_id=session_id,
-                after_id=after_id,
-                created_at=self.created_at,
-                settle_seconds=SETTLE_SECONDS,
-            )
+        before it (a reply's last deltas before its ``context.usage``). With ``shared``
+        (the session's ``catch_up.Reads`` and the moment the read is due, None for a read
+        that must hold ``upto``), the rows come from a read the session's streams share."""
+        settled, self.ahead = True, []
+        if shared is None:
+            pages = self._pages(pool, tenant, session_id)
+        else:
+            reads, since = shared
+            holding = None if since is not None else upto
+            shared_pages = await reads.read(self, SETTLE_SECONDS, since=since, holding=holding)
+            pages = _each(shared_pages)
+        async for read in pages:
             if read is None or not self.reaches(read[0]):
                 self.gone = True
                 return
-            rows = read[1]
-            for r in rows:
-                after_id = r["id"]
+            for r in read[1]:
+                if r["id"] <= self.mark:  # a shared read starts at the lowest stream's mark
+                    continue
                 if upto is not None and r["id"] > upto:
                     settled = False  # the mark stays below what is not sent
                     self.ahead.append(BusEvent(r["name"], r["data"], r["id"]))
@@ -119,9 +128,29 @@ class _Cursor:
                     self.sent.discard(r["id"])
                 if fresh:
                     yield _frame(BusEvent(r["name"], r["data"], r["id"]))
-            if len(rows) < 1000:
-                break
         self.sent = {i for i in self.sent if i > self.mark}
+
+    async def _pages(self, pool: Any, tenant: str, session_id: str) -> AsyncIterator[Page]:
+        """This stream's own read past ``mark``, a page at a time (the replay as it opens)."""
+        after_id = self.mark
+        while True:
+            read = await store.fetch_session_events_after(
+                pool,
+                tenant=tenant,
+                session_id=session_id,
+                after_id=after_id,
+                created_at=self.created_at,
+                settle_seconds=SETTLE_SECONDS,
+            )
+            yield read
+            if read is None or len(read[1]) < catch_up.PAGE:
+                return
+            after_id = read[1][-1]["id"]
+
+
+async def _each(pages: list[Page]) -> AsyncIterator[Page]:
+    for page in pages:
+        yield page
 
 
 SEND_TIMEOUT_SECONDS = 30.0
@@ -174,6 +203,7 @@ class _Live:
         self.request, self.pool, self.queue = request, pool, queue
         self.tenant, self.session_id = session[0], session[1]
         self.judged = 0
+        self.reads: Reads | None = None  # the session's shared reads, once it is live
         self.unread = False  # the last ``read_first`` met an outage
         # until then, events written as the stream registered may have gone unannounced
         self.unsure_until = asyncio.get_running_loop().time() + SETTLE_SECONDS
@@ -203,8 +233,9 @@ class _Live:
         if asyncio.get_running_loop().time() >= self.unsure_until:
             return
         try:
+            shared = (self.reads, None) if self.reads else None
             async for frame in cursor.catch_up(
-                self.pool, self.tenant, self.session_id, upto=event.id
+                self.pool, self.tenant, self.session_id, upto=event.id, shared=shared
             ):
                 yield frame
         except DatabaseUnavailable:
@@ -262,48 +293,53 @@ async def _stream(
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
         yield LIVE
-        loop = asyncio.get_running_loop()
-        due = loop.time() + CATCH_UP_SECONDS
-        live = _Live(request, pool, session, queue)
-        while not cursor.gone and not await request.is_disconnected():
-            try:
-                event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
-            except TimeoutError:
-                if not _reaches(request, None):  # revoked: ended without the database
-                    return
-                try:  # which also reads the session's agent (``_Cursor.reaches``)
-                    async for frame in cursor.catch_up(pool, tenant, session_id):
-                        yield frame
-                except DatabaseUnavailable:  # an outage, which the pool says once: kept
-                    pass  # open, the stream reads what it missed once the database is back
-                due = loop.time() + CATCH_UP_SECONDS
-                continue
-            if event is SESSION_GONE or event is LAGGED or event is RELISTENED:
-                return
-            queued = live.dequeued()
-            async for frame in live.read_first(event, cursor):
+        with catch_up.sharing(pool, tenant, session_id, created_at, cursor) as reads:
+            async for frame in _live(request, pool, session, queue, cursor, reads):
                 yield frame
-            if live.unread or cursor.gone or (event.id is not None and not cursor.take(event.id)):
-                continue  # held back, sent already (the read just now among others), or the end
-            verdict = await live.judge(queued)
-            if verdict is None:  # not judged, so not sent: a persisted event comes
-                cursor.sent.discard(event.id or 0)  # with the catch-up once back
-                continue
-            if not verdict:
+
+
+async def _live(
+    request: Request,
+    pool: Any,
+    session: tuple[str, str, datetime],
+    queue: asyncio.Queue[BusEvent],
+    cursor: _Cursor,
+    reads: Reads,
+) -> AsyncIterator[dict[str, Any]]:
+    """The stream past its replay (``_stream``), its catch-ups due on the session's shared
+    schedule (``catch_up.Reads``) and read with the session's other streams."""
+    tenant, session_id, _ = session
+    loop = asyncio.get_running_loop()
+    due = reads.due(loop.time(), CATCH_UP_SECONDS)
+    live = _Live(request, pool, session, queue)
+    live.reads = reads
+    while not cursor.gone and not await request.is_disconnected():
+        try:
+            event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
+        except TimeoutError:
+            if not _reaches(request, None):  # revoked: ended without the database
                 return
-            yield _frame(event)
-
-
-_LAST_EVENT_ID = {
-    "name": "Last-Event-ID",
-    "in": "header",
-    "required": False,
-    "description": "The id of the last event received: the stream starts after it.",
-    "schema": {"type": "string", "pattern": "^[0-9]*$"},
-}
-_LAST_EVENT_ID_QUERY = {**_LAST_EVENT_ID, "in": "query", "name": "last_event_id"} | {
-    "description": "Last-Event-ID for a client that cannot send the header (the header wins)."
-}
+            try:  # which also reads the session's agent (``_Cursor.reaches``)
+                async for frame in cursor.catch_up(pool, tenant, session_id, shared=(reads, due)):
+                    yield frame
+            except DatabaseUnavailable:  # an outage, which the pool says once: kept
+                pass  # open, the stream reads what it missed once the database is back
+            due = reads.due(loop.time(), CATCH_UP_SECONDS)
+            continue
+        if event is SESSION_GONE or event is LAGGED or event is RELISTENED:
+            return
+        queued = live.dequeued()
+        async for frame in live.read_first(event, cursor):
+            yield frame
+        if live.unread or cursor.gone or (event.id is not None and not cursor.take(event.id)):
+            continue  # held back, sent already (the read just now among others), or the end
+        verdict = await live.judge(queued)
+        if verdict is None:  # not judged, so not sent: a persisted event comes
+            cursor.sent.discard(event.id or 0)  # with the catch-up once back
+            continue
+        if not verdict:
+            return
+        yield _frame(event)
 
 
 @router.get(
@@ -317,7 +353,7 @@ _LAST_EVENT_ID_QUERY = {**_LAST_EVENT_ID, "in": "query", "name": "last_event_id"
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         }
     },
-    openapi_extra={"parameters": [_LAST_EVENT_ID, _LAST_EVENT_ID_QUERY]},
+    openapi_extra={"parameters": [LAST_EVENT_ID, LAST_EVENT_ID_QUERY]},
 )
 async def session_events(
     session_id: SessionIdDep, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
@@ -338,29 +374,3 @@ async def session_events(
         send_timeout=SEND_TIMEOUT_SECONDS,
         headers=sse.STREAM_HEADERS,  # the chat stream's: its Cache-Control replaces the default
     )
-
-
-def _after(request: Request) -> int:
-    """The id of the last event the client has (``Last-Event-ID``, else ``?last_event_id=``);
-    0, every event, when it sends none or an empty one. Anything but a plain decimal event id
-    is refused: replaying every event would answer a mangled id with a duplicate history."""
-    param, value = "Last-Event-ID", request.headers.get("last-event-id")
-    if not value:
-        param, value = "last_event_id", request.query_params.get("last_event_id")
-    if not value:
-        return 0
-    if not (value.isascii() and value.isdigit()):
-        raise ClientRequestError(
-            f"{param} {value[:30]!r} is not an event id: send the id of the last event "
-            "received (a number), or none to receive every event",
-            param=param,
-            log_message=f"{param} is not an event id",  # a header's or a query's value
-        )
-    digits = value.lstrip("0") or "0"  # int() refuses a string past 4300 digits
-    if len(digits) > len(str(BIGINT_MAX)) or int(digits) > BIGINT_MAX:
-        raise ClientRequestError(
-            f"{param} {value[:30]} is past any event id",
-            param=param,
-            log_message=f"{param} is past any event id",
-        )
-    return int(digits)

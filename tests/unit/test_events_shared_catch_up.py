@@ -1,0 +1,189 @@
+"""The streams open on one session share its catch-up reads: one read of the table per
+interval (per replica) whose rows go to every stream on the session, and one read for a
+live event heard in the streams' first seconds, not one per stream. Streams of another
+tenant on the same session id, or of a session made again under the id, never share
+those rows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.api import catch_up, events
+from proxy.bus import BusEvent
+from proxy.config import Config
+
+STREAMS = 200
+ROUNDS = 10
+INTERVAL = 0.02
+
+
+class _Bus:
+    """Hands each stream a queue; ``live`` puts an event in every one of them."""
+
+    def __init__(self) -> None:
+        self.queues: list[asyncio.Queue[Any]] = []
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, tenant: str, session_id: str) -> AsyncIterator[asyncio.Queue[Any]]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queues.append(queue)
+        yield queue
+
+    def live(self, event: BusEvent) -> None:
+        for queue in self.queues:
+            queue.put_nowait(event)
+
+
+class _Request:
+    scope: dict[str, Any] = {}  # pass-through: no key to revoke
+    state = SimpleNamespace(config=SimpleNamespace(current=Config()))
+    gone = False
+
+    async def is_disconnected(self) -> bool:
+        return _Request.gone
+
+
+class _Table:
+    """The events table as the catch-up reads it, each tenant's rows apart; counts reads."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, datetime], list[dict[str, Any]]] = {}
+        self.reads = 0
+
+    async def fetch(self, pool: Any, **kw: Any) -> Any:
+        self.reads += 1
+        await asyncio.sleep(0)  # a statement takes a round trip
+        rows = self.rows.get((kw["tenant"], kw["created_at"]), [])
+        return "default", [r for r in rows if r["id"] > kw["after_id"]]
+
+    def add(self, tenant: str, created_at: datetime, event_id: int) -> None:
+        data = {"tenant": tenant}
+        row = {"id": event_id, "name": "context.usage", "data": data, "settled": True}
+        self.rows.setdefault((tenant, created_at), []).append(row)
+
+
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> _Table:
+    table = _Table()
+    monkeypatch.setattr(events.store, "fetch_session_events_after", table.fetch)
+    monkeypatch.setattr(events, "CATCH_UP_SECONDS", INTERVAL)
+    _Request.gone = False
+    return table
+
+
+async def _collect(bus: _Bus, session: tuple[str, str, datetime], out: list[Any]) -> None:
+    async for frame in events._stream(_Request(), None, bus, session, 0):  # type: ignore[arg-type]
+        out.append(frame)
+
+
+async def _open(n: int, bus: _Bus, session: tuple[str, str, datetime]) -> tuple[list, list]:
+    frames: list[list[Any]] = [[] for _ in range(n)]
+    tasks = [asyncio.create_task(_collect(bus, session, f)) for f in frames]
+    while sum(events.LIVE in f for f in frames) < n:  # every replay done
+        await asyncio.sleep(0.001)
+    return tasks, frames
+
+
+async def _close(tasks: list[asyncio.Task[None]]) -> None:
+    _Request.gone = True
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+
+
+async def test_streams_on_one_session_share_each_periodic_read(table: _Table) -> None:
+    bus, session = _Bus(), ("t", "s", datetime.now(UTC))
+    tasks, frames = await _open(STREAMS, bus, session)
+    replays, table.reads = table.reads, 0
+    table.add("t", session[2], 1)  # never announced: only the catch-up finds it
+    await asyncio.sleep(INTERVAL * ROUNDS)
+    await _close(tasks)
+    assert replays == STREAMS  # each stream replays from its own Last-Event-ID
+    assert table.reads <= ROUNDS + 2, table.reads  # one read per interval, not per stream
+    for f in frames:
+        assert [x.get("id") for x in f if x is not events.LIVE] == ["1"]
+
+
+async def test_a_live_event_in_the_first_seconds_costs_one_read(table: _Table) -> None:
+    bus, session = _Bus(), ("t", "s", datetime.now(UTC))
+    tasks, frames = await _open(STREAMS, bus, session)
+    table.reads = 0
+    table.add("t", session[2], 1)  # committed, its announcement missed
+    table.add("t", session[2], 2)
+    bus.live(BusEvent("context.usage", {"tenant": "t"}, 2))
+    while sum(len(f) for f in frames) < STREAMS * 3:
+        await asyncio.sleep(0.001)
+    reads = table.reads
+    await _close(tasks)
+    assert reads <= 2, reads
+    for f in frames:
+        assert [x.get("id") for x in f if x is not events.LIVE] == ["1", "2"]
+
+
+async def test_streams_of_other_tenants_or_sessions_never_share_rows(table: _Table) -> None:
+    now = datetime.now(UTC)
+    sessions = [("t1", "s", now), ("t2", "s", now), ("t1", "s", now + timedelta(seconds=1))]
+    opened = [await _open(3, _Bus(), s) for s in sessions]
+    for i, (tenant, _, created_at) in enumerate(sessions):
+        table.add(tenant, created_at, 10 + i)
+    await asyncio.sleep(INTERVAL * 4)
+    await _close([t for tasks, _ in opened for t in tasks])
+    for i, (_, frames) in enumerate(opened):
+        for f in frames:
+            assert [x.get("id") for x in f if x is not events.LIVE] == [str(10 + i)]
+
+
+async def test_streams_at_different_ids_each_get_only_what_they_lack(table: _Table) -> None:
+    bus, session = _Bus(), ("t", "s", datetime.now(UTC))
+    for i in (1, 2, 3):
+        table.add("t", session[2], i)
+    frames: list[list[Any]] = [[], []]
+    pairs = zip((0, 2), frames, strict=True)
+    tasks = [asyncio.create_task(_collect_after(bus, session, a, f)) for a, f in pairs]
+    await asyncio.sleep(INTERVAL * 2)
+    table.add("t", session[2], 4)
+    await asyncio.sleep(INTERVAL * 4)
+    await _close(tasks)
+    assert [x.get("id") for x in frames[0] if x is not events.LIVE] == ["1", "2", "3", "4"]
+    assert [x.get("id") for x in frames[1] if x is not events.LIVE] == ["3", "4"]
+
+
+async def _collect_after(
+    bus: _Bus, session: tuple[str, str, datetime], after: int, out: list[Any]
+) -> None:
+    async for frame in events._stream(_Request(), None, bus, session, after):  # type: ignore[arg-type]
+        out.append(frame)
+
+
+class _Mark:
+    def __init__(self, mark: int) -> None:
+        self.mark = mark
+
+
+async def test_a_stream_that_stopped_asking_no_longer_holds_the_reads_back(
+    table: _Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream whose client reads nothing waits in a send and asks for no read: its mark,
+    # left behind, had every read of the session's other streams start from it.
+    afters: list[int] = []
+
+    async def fetch(pool: Any, **kw: Any) -> Any:
+        afters.append(kw["after_id"])
+        return await table.fetch(pool, **kw)
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
+    monkeypatch.setattr(catch_up, "STALLED", INTERVAL)
+    stalled, reading, now = _Mark(0), _Mark(100), datetime.now(UTC)
+    with (
+        catch_up.sharing(None, "t", "s", now, stalled) as reads,
+        catch_up.sharing(None, "t", "s", now, reading),
+    ):
+        await reads.read(stalled, 10.0, since=0.0)  # from the lowest mark
+        await asyncio.sleep(INTERVAL * 2)
+        await reads.read(reading, 10.0, since=asyncio.get_running_loop().time())
+    assert afters == [0, 100]
