@@ -12,7 +12,7 @@ import contextlib
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "carries_tools",
     "fit_offer",
     "read_page",
+    "read_text",
     "split_calls",
 ]
 
@@ -149,6 +150,31 @@ def _arguments(call: Mapping[str, Any]) -> tuple[str, int, int | None, str | Non
     return target, _int_arg(args, "offset", 0) or 0, _int_arg(args, "limit", 1), grep
 
 
+async def read_text(
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    tool_call_id: str,
+    patterns: Sequence[re.Pattern[str]] = (),
+) -> str | None:
+    """The id's newest result (``raw_outputs.fetchrow_raw_output``, as the tool-outputs API
+    reads it) redacted with ``patterns`` (the agent's in force); None when not found. It
+    was stored under the patterns of its day, and a page of it goes to the provider: the
+    whole text is redacted before any page is cut from it, so a secret across a page's
+    edge is replaced whole, and offsets count the redacted text."""
+    row = await raw_outputs.fetchrow_raw_output(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    )
+    if row is None:
+        return None
+    if not patterns:
+        return str(row["content"])
+    # on a page thread: redacting up to rawCapBytes of text on the event loop would hold
+    # every other request until it is done (``page_threads``)
+    return await make_page(lambda text: redact(text, patterns)[0], row["content"])
+
+
 async def read_page(
     conn: Any,
     *,
@@ -161,26 +187,66 @@ async def read_page(
     max_chars: int,
     patterns: Sequence[re.Pattern[str]] = (),
 ) -> str | None:
-    """One page of the id's newest result (``raw_outputs.fetchrow_raw_output``, as the
-    tool-outputs API reads it), re-truncated at ``max_chars``; None when not found. The
-    text is redacted with ``patterns`` (the agent's in force) before it is paged: it was
-    stored under the patterns of its day, and a page goes to the provider; offsets then
-    count the redacted text."""
-    row = await raw_outputs.fetchrow_raw_output(
-        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    """One page of the id's newest result redacted (``read_text``), re-truncated at
+    ``max_chars``; None when not found."""
+    text = await read_text(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id, patterns=patterns
     )
-    if row is None:
+    if text is None:
         return None
+    return await _page(text, tool_call_id, offset, limit, grep, max_chars)
 
-    def paged(text: str) -> str:
-        text = redact(text, patterns)[0] if patterns else text
-        return raw_output_page(
-            text, id=tool_call_id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
-        )[0]
 
-    # on a page thread: redacting or grepping up to rawCapBytes of text on the event loop
-    # would hold every other request until it is done (``page_threads``)
-    return await make_page(paged, row["content"])
+async def _page(
+    text: str, id: str, offset: int, limit: int | None, grep: str | None, max_chars: int
+) -> str:
+    # on a page thread: a grep reads every line of up to rawCapBytes of text (``page_threads``)
+    page = functools.partial(
+        raw_output_page, text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
+    )
+    return (await make_page(page))[0]
+
+
+Pages = Callable[[int], Awaitable[str]]
+"""A call's answer at a page cap of that many characters."""
+
+
+async def _pages(
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    call: Mapping[str, Any],
+    agents: Sequence[str] | None,
+    patterns: Sequence[re.Pattern[str]],
+) -> Pages:
+    """A read_tool_output call's answer at any cap, the output read and redacted once
+    (``read_text``): an answer cut to fit is the same text paged again at a smaller cap.
+    For a key limited to ``agents`` the read is followed by a read of the session's agent
+    (``_moved_away``), as the tool-outputs API's is."""
+    try:
+        target, offset, limit, grep = _arguments(call)
+    except ValueError as exc:
+        return _fixed(
+            f'read_tool_output: invalid arguments ({exc}); pass {{"id": "<tool_call_id>"}}'
+        )
+    text = await read_text(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=target, patterns=patterns
+    )
+    moved = await _moved_away(conn, tenant, session_id, agents)
+    if moved is not None:
+        return _fixed(moved)
+    if text is None:
+        return _fixed(f"read_tool_output: no stored output with id {target!r} in this session")
+    stored = text
+    return lambda max_chars: _page(stored, target, offset, limit, grep, max_chars)
+
+
+def _fixed(text: str) -> Pages:
+    async def answer(max_chars: int) -> str:
+        return text
+
+    return answer
 
 
 async def answer_call(
@@ -193,32 +259,14 @@ async def answer_call(
     agents: Sequence[str] | None = None,
     patterns: Sequence[re.Pattern[str]] = (),
 ) -> Message:
-    """Execute one read_tool_output call; always returns a tool message (errors included).
-    For a key limited to ``agents`` the read is followed by a read of the session's agent
-    (``_moved_away``), as the tool-outputs API's is."""
-    try:
-        target, offset, limit, grep = _arguments(call)
-    except ValueError as exc:
-        text = f'read_tool_output: invalid arguments ({exc}); pass {{"id": "<tool_call_id>"}}'
-    else:
-        page = await read_page(
-            conn,
-            tenant=tenant,
-            session_id=session_id,
-            tool_call_id=target,
-            offset=offset,
-            limit=limit,
-            grep=grep,
-            max_chars=max_chars,
-            patterns=patterns,
-        )
-        text = (
-            page
-            if page is not None
-            else (f"read_tool_output: no stored output with id {target!r} in this session")
-        )
-        moved = await _moved_away(conn, tenant, session_id, agents)
-        text = moved or text
+    """Execute one read_tool_output call; always returns a tool message (errors included)."""
+    pages = await _pages(
+        conn, tenant=tenant, session_id=session_id, call=call, agents=agents, patterns=patterns
+    )
+    return _answer(call, await pages(max_chars))
+
+
+def _answer(call: Mapping[str, Any], text: str) -> Message:
     return {"role": "tool", "tool_call_id": call.get("id"), "content": text}
 
 
@@ -265,17 +313,11 @@ async def answer_in_room(
     past the window it was fitted to makes the provider refuse the whole round, an error
     for a request that fit. A cut page still names where the next one starts; one of
     ``MIN_PAGE_CHARS`` is not cut further."""
-    read = functools.partial(
-        answer_call,
-        conn,
-        tenant=tenant,
-        session_id=session_id,
-        call=call,
-        agents=agents,
-        patterns=patterns,
+    pages = await _pages(
+        conn, tenant=tenant, session_id=session_id, call=call, agents=agents, patterns=patterns
     )
-    answer = await read(max_chars=max_chars)
+    answer = _answer(call, await pages(max_chars))
     while (tokens := cost(answer)) > room and max_chars > MIN_PAGE_CHARS:
         max_chars = max(MIN_PAGE_CHARS, int(max_chars * max(room, 0) / tokens * 0.95))
-        answer = await read(max_chars=max_chars)
+        answer = _answer(call, await pages(max_chars))
     return answer

@@ -1,0 +1,71 @@
+"""A ``read_tool_output`` answer cut to the room the internal round has
+(``toolloop.answer_in_room``) reads and redacts the stored output once, however many times
+the page is cut: each try pages the same redacted text at a smaller cap. Reading it again
+for each try fetched and redacted up to ``rawCapBytes`` of text per try."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from proxy.services import toolloop
+from proxy.store import raw_outputs
+
+TEXT = "line of output\n" * 400 + "token=sk-abcdefghijklmnopqrstuvwx\n" + "tail\n" * 50
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    seen = {"fetch": 0, "redact": 0}
+    real_redact = toolloop.redact
+
+    async def fetchrow_raw_output(conn: Any, **key: Any) -> dict[str, Any] | None:
+        seen["fetch"] += 1
+        return {"content": TEXT, "original_bytes": len(TEXT), "capped": False}
+
+    def redact(text: str, patterns: Any) -> Any:
+        seen["redact"] += 1
+        return real_redact(text, patterns)
+
+    monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
+    monkeypatch.setattr(toolloop, "redact", redact)
+    return seen
+
+
+def _call(**args: Any) -> dict[str, Any]:
+    arguments = json.dumps({"id": "c1", **args})
+    return {"id": "r1", "function": {"name": "read_tool_output", "arguments": arguments}}
+
+
+async def test_a_page_cut_to_fit_is_read_and_redacted_once(counts: dict[str, int]) -> None:
+    answer = await toolloop.answer_in_room(
+        object(),
+        tenant="t",
+        session_id="s",
+        call=_call(),
+        max_chars=20_000,
+        room=100,
+        cost=lambda m: len(str(m["content"])) // 4,
+        patterns=(re.compile(r"sk-[a-z]{24}"),),
+    )
+    assert len(str(answer["content"])) // 4 <= 100  # it was cut, more than once
+    assert counts == {"fetch": 1, "redact": 1}
+
+
+async def test_each_cut_still_shows_the_redacted_text(counts: dict[str, int]) -> None:
+    answer = await toolloop.answer_in_room(
+        object(),
+        tenant="t",
+        session_id="s",
+        call=_call(offset=len("line of output\n") * 400 - 10),
+        max_chars=20_000,
+        room=30,
+        cost=lambda m: len(str(m["content"])) // 4,
+        patterns=(re.compile(r"sk-[a-z]{24}"),),
+    )
+    content = str(answer["content"])
+    assert "sk-abc" not in content and "token=" in content
+    assert counts["redact"] == 1
