@@ -69,3 +69,34 @@ async def test_each_cut_still_shows_the_redacted_text(counts: dict[str, int]) ->
     content = str(answer["content"])
     assert "sk-abc" not in content and "token=" in content
     assert counts["redact"] == 1
+
+
+SECRET_AT = TEXT.index("sk-")
+
+
+async def test_a_secret_across_a_page_edge_shows_on_neither_page(
+    counts: dict[str, int],
+) -> None:
+    # The whole text is redacted before a page is cut from it, and offsets count the
+    # redacted text: an edge in the middle of where the secret was stored falls inside
+    # its replacement, never inside the secret.
+    shown = ""
+    offset: int | None = 0
+    while offset is not None:
+        page = await toolloop.read_page(
+            object(),
+            tenant="t",
+            session_id="s",
+            tool_call_id="c1",
+            offset=offset,
+            limit=SECRET_AT + 10 if offset == 0 else None,
+            max_chars=20_000,
+            patterns=(re.compile(r"sk-[a-z]{24}"),),
+        )
+        assert page is not None
+        assert "sk-" not in page and "ghijklmnopqrstuvwx" not in page
+        body = page.split("\n", 1)[1].split("\n[... more: ")[0]
+        shown += body
+        next_at = re.search(r'"offset": (\d+)', page.rsplit("\n", 1)[-1])
+        offset = int(next_at[1]) if next_at and "[... more" in page else None
+    assert shown == toolloop.redact(TEXT, (re.compile(r"sk-[a-z]{24}"),))[0]
