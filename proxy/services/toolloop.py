@@ -312,7 +312,8 @@ async def answer_in_room(
     (``cost``): the internal round sends the step's prompt again with the page, and a page
     past the window it was fitted to makes the provider refuse the whole round, an error
     for a request that fit. A cut page still names where the next one starts; one of
-    ``MIN_PAGE_CHARS`` is not cut further."""
+    ``MIN_PAGE_CHARS`` is not cut further. The stored output is read and redacted once
+    (``_pages``), whatever the tries: each pages the same text at a smaller cap."""
     pages = await _pages(
         conn, tenant=tenant, session_id=session_id, call=call, agents=agents, patterns=patterns
     )
