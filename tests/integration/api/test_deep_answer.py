@@ -61,3 +61,19 @@ def test_a_deep_field_of_a_streamed_tool_call_ends_the_stream_whole(
     answer = http.post("/v1/chat/completions", json=asked, headers={"X-Session-Id": "deeps"})
     assert answer.status_code == 200
     assert answer.text.endswith("data: [DONE]\n\n")
+
+
+def test_a_body_nested_past_the_recursion_limit_for_a_stream_ends_it_whole(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """A provider that ignored ``stream`` and sent one JSON body nested 10,000 levels: the
+    relay's look at it for an error object is no RecursionError breaking the stream off: the
+    client gets the error frame any answer that is no chat stream gets."""
+    depth = 10_000
+    body = '{"error": ' + "[" * depth + "]" * depth + "}"
+    fake_upstream.script(raw(body, headers={"content-type": "application/json"}))
+    asked = {"model": MODEL, "messages": [user("hi")], "stream": True}
+    answer = http.post("/v1/chat/completions", json=asked, headers={"X-Session-Id": "deepb"})
+    assert answer.status_code == 200
+    assert '"code": "upstream_bad_response"' in answer.text, answer.text[:300]
+    assert answer.text.endswith("data: [DONE]\n\n"), answer.text[-300:]
