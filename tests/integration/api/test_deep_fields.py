@@ -48,3 +48,18 @@ def test_a_field_nested_past_the_writable_depth_is_the_clients_400(
     assert error["type"] == "invalid_request_error"
     assert f"nests past {MAX_FIELD_DEPTH} levels" in error["message"], error
     assert fake_upstream.bodies() == []
+
+
+def test_a_message_nested_past_what_the_hash_chain_writes_is_the_clients_400(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """A message nested 1020 levels (orjson reads it) runs the hash chain's writer out of
+    recursion: the client's 400 naming ``messages``, not a 500."""
+    deep = "[" * 1020 + "]" * 1020
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "DEEP"}]})
+    headers = {"X-Session-Id": "deep-message", "content-type": "application/json"}
+    raw = body.replace('"DEEP"', deep).encode()
+    answer = http.post("/v1/chat/completions", content=raw, headers=headers)
+    assert answer.status_code == 400, answer.text[:300]
+    assert answer.json()["error"]["param"] == "messages", answer.text
+    assert fake_upstream.bodies() == []
