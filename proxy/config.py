@@ -368,13 +368,13 @@ def load_config(
         raise ConfigError(f"{p} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     try:
         raw = json.loads(text, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p} is not valid JSON: {exc}") from exc
     except _DuplicateKey as exc:
         raise ConfigError(
             f"{p}: the key {exc.args[0]!r} appears twice in one object; JSON keeps only the "
             "last, so one of them would be silently ignored"
         ) from None
+    except (ValueError, RecursionError) as exc:  # an integer past 4300 digits; deep nesting
+        raise ConfigError(f"{p} is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{p} must hold a JSON object at the top level")
     return parse_config(raw, env)

@@ -364,7 +364,7 @@ async def _settled(path: Path, now: bytes | None, stop: asyncio.Event) -> bytes 
 def _parses(data: bytes | None) -> bool:
     try:
         json.loads(data or b"")
-    except ValueError:  # not JSON, cut off, empty, or not UTF-8
+    except (ValueError, RecursionError):  # not JSON, cut off, empty, not UTF-8, too deep
         return False
     return True
 

@@ -14,7 +14,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "dumps_sorted", "loads", "loads_exact", "loads_json", "storable"]
+__all__ = [
+    "MAX_FIELD_DEPTH",
+    "dumps",
+    "dumps_sorted",
+    "loads",
+    "loads_exact",
+    "loads_json",
+    "storable",
+]
 
 loads = orjson.loads
 
@@ -45,10 +53,34 @@ def loads_exact(data: bytes) -> Any:
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written
         # fields are searched for the rare "+" (a memchr), and only a body with an
         # exponent is walked to be sure
-        written = orjson.dumps(rest)
+        try:
+            written = orjson.dumps(rest)
+        except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes
+            if _depth(rest) - 1 > MAX_FIELD_DEPTH:  # ``rest``, the list of them, is one
+                raise ValueError(f"a field nests past {MAX_FIELD_DEPTH} levels") from None
+            written = b"e+"  # not written: walked for a wide float below instead
         if b"+" in written and b"e+" in written and _wide(rest):
             return loads_json(data)
     return obj
+
+
+MAX_FIELD_DEPTH = 512
+"""How deep a client's field beside ``messages`` may nest: orjson reads 1024 levels and
+writes 254, and a field past that goes upstream through ``json``, whose recursion takes
+about 1000 less the stack of the request handling it; a deeper one is the client's 400."""
+
+
+def _depth(value: Any) -> int:
+    """How many levels of arrays and objects ``value`` nests, walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend(
+                (v, level + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def storable(value: Any) -> Any:

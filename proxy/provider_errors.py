@@ -267,10 +267,13 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         kind = resp.headers.get("content-type") or "no content type"
         hint = "check the provider's baseUrl"
         if "json" in kind and not parsed:  # the right provider, a broken answer
-            hint = "its JSON does not parse (cut short, or not UTF-8); retry the request"
+            hint = (
+                "its JSON does not parse (cut short, not UTF-8, nested too deep, or a number "
+                "too long to read); retry the request"
+            )
         raise UpstreamBadResponse(
-            f"the provider answered {resp.status_code} with a body that is not a JSON chat "
-            f"completion ({kind}); {hint}"
+            f"{provider_name(provider)} answered {resp.status_code} with a body that is not a "
+            f"JSON chat completion ({kind}); {hint}"
         )
     if (why := chunk_faults.malformed(data, "message")) is not None:
         raise UpstreamBadResponse(

@@ -318,7 +318,7 @@ def _embedded_object(answer: str) -> Any:
             break
         try:
             data = _DECODER.raw_decode(answer, start)[0]
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict) and "facts" in data:
             return data
@@ -339,7 +339,7 @@ def parse_facts(answer: str) -> list[str]:
         raise FactsAnswerError("the answer is empty")
     try:
         data = json.loads(answer)
-    except ValueError:
+    except (ValueError, RecursionError):  # words around it, or nested past the limit
         data = _embedded_object(answer)
         if data is None:
             raise FactsAnswerError("the answer is not JSON") from None

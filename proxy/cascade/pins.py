@@ -57,6 +57,6 @@ def id_args_name(args_json: str, own: str) -> bool:
     first line write."""
     try:
         args = json.loads(args_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # no JSON, or a client's nested past the recursion limit
         return False
     return isinstance(args, dict) and list(args) == ["id"] and names(args["id"], own)

@@ -119,7 +119,7 @@ def drop_cut_handle(text: str, own: str) -> str:
 def _names(args_json: str, own: str) -> bool:
     try:
         args = json.loads(args_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # no JSON, or a client's nested past the recursion limit
         return False
     return isinstance(args, dict) and names(args.get("id"), own)
 
@@ -130,7 +130,7 @@ def _cut_markers(text: str) -> Iterator[tuple[re.Match[str], int, int]]:
     for m in _HANDLE_MARKER.finditer(text):
         try:
             args = json.loads(m[2])
-        except ValueError:
+        except (ValueError, RecursionError):  # a client's text: nested past the limit too
             continue
         offset, limit = args.get("offset"), args.get("limit")
         if isinstance(offset, int) and isinstance(limit, int) and limit == int(m[1]):

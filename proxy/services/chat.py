@@ -156,7 +156,13 @@ class ChatService:
             raise ClientRequestError("'model' is required: name the model to call", param="model")
         # CPU-bound and outside the lock: the chain over the whole resent history.
         key = ctx.key
-        hashes = self.chains.chain(key, body["messages"])
+        try:
+            hashes = self.chains.chain(key, body["messages"])
+        except RecursionError:  # orjson reads 1024 levels; the chain's writer takes fewer
+            raise ClientRequestError(
+                "a message nests too deep to be stored: send one nested fewer levels",
+                param="messages",
+            ) from None
         if ctx.derived:  # a guess queues only behind its own conversation, else takes a lane
             key, ctx = self._lane(key, ctx, hashes)
         await self.locks.acquire(key, ctx.client, sent=(len(hashes), hashes[-1]))

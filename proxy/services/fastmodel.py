@@ -46,7 +46,7 @@ def _error_head(text: str) -> str:
     head = text[:300]
     try:
         error = json.loads(text).get("error")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # no JSON object, or one too deep
         return head
     code = error.get("code") if isinstance(error, dict) else None
     return f"{TOO_LONG}: {head}" if code == TOO_LONG and TOO_LONG not in head else head

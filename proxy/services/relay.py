@@ -226,7 +226,7 @@ def _json_object(tail: bytes) -> dict[str, Any] | None:
         return None
     try:
         obj = json.loads(tail)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past Python's recursion limit: none either
         return None
     return obj if isinstance(obj, dict) else None
 

@@ -138,7 +138,10 @@ def _arguments(call: Mapping[str, Any]) -> tuple[str, int, int | None, str | Non
     The arguments are their JSON text, or the object a provider sent them as."""
     args = (call.get("function") or {}).get("arguments") or "{}"
     if isinstance(args, str):
-        args = json.loads(args)
+        try:
+            args = json.loads(args)
+        except RecursionError as exc:  # no ValueError: nested past what Python's recursion allows
+            raise ValueError("arguments nest too deep") from exc
     if not isinstance(args, dict):
         raise ValueError("arguments must be a JSON object")
     target = args.get("id")

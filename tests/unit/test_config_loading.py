@@ -85,6 +85,17 @@ def test_load_config_reports_a_file_it_cannot_read(tmp_path: Path) -> None:
         load_config(binary, env={})
 
 
+@pytest.mark.parametrize(
+    "value", ["[" * 10_000 + "]" * 10_000, "9" * 5000], ids=["nested-10000-levels", "5000-digits"]
+)
+def test_load_config_refuses_json_no_parser_can_hold(tmp_path: Path, value: str) -> None:
+    """A nesting past Python's recursion limit (a ``RecursionError``) or an integer past its
+    digit limit (a ``ValueError`` that is no ``JSONDecodeError``) is the file's fault: the
+    ``ConfigError`` naming it, not a traceback at start or a failed reload."""
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        load_config(write(tmp_path, f'{{"models": {{"m": {{"contextLimit": {value}}}}}}}'), env={})
+
+
 def test_load_config_requires_an_object(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="JSON object at the top level"):
         load_config(write(tmp_path, "[1, 2]"), env={})

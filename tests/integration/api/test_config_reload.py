@@ -305,6 +305,35 @@ async def test_an_unexpected_reload_error_does_not_stop_the_watcher(
     assert holder.current.model_limits("m").context_limit == NEW_LIMIT + 1
 
 
+async def test_a_file_nested_past_the_recursion_limit_is_rejected_and_watching_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The settle check's parse of a file nested 10,000 levels raised RecursionError (no
+    ValueError) outside the reload's guard: it ended the watcher, and no save was applied
+    again for the life of the process. Now it is a file that does not parse: rejected, and
+    the next save applied."""
+    path = write_config(tmp_path / "agents.json", "http://127.0.0.1:9/v1")
+    holder = ConfigHolder(load_config(path, os.environ), path)
+    seen: list[str] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
+    await asyncio.sleep(0.3)  # the watcher is up
+    save(path, '{"models": ' + "[" * 10_000 + "]" * 10_000 + "}")
+    for _ in range(50):
+        if seen or task.done():
+            break
+        await asyncio.sleep(0.1)
+    save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT)
+    for _ in range(50):
+        if len(seen) > 1 or task.done():
+            break
+        await asyncio.sleep(0.1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
+    assert holder.current.model_limits("m").context_limit == NEW_LIMIT
+
+
 async def test_shutdown_completes_after_the_watcher_failed(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

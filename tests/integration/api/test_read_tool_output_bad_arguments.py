@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.replies import reply
+from tests.fakes.replies import reply, tool_call
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.read_tool_output_helpers import chat, history, read_call
@@ -59,3 +59,20 @@ def test_an_integer_sent_as_a_string_still_reads(
         proxy, fake_upstream, "string-int", {"id": "call_big", "offset": "1500", "limit": "100"}
     )
     assert page_slice(text) == (1500, 1600, 9000, ORIGINAL[1500:1600])
+
+
+def test_arguments_nested_past_the_recursion_limit_are_answered_not_a_500(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Arguments nested 10,000 levels are a ``RecursionError`` to the JSON reader, no
+    ``ValueError``: the model's mistake, answered as any other unusable argument, and the
+    turn ends in the provider's text (an integer past 4300 digits is a ``ValueError``
+    already answered so)."""
+    depth = 10_000
+    deep = "[" * depth + "]" * depth
+    call = tool_call("read_tool_output", f'{{"id": "call_big", "offset": {deep}}}', id="int_1")
+    fake_upstream.script(reply(None, tool_calls=[call]), reply("done"))
+    answer = chat(proxy, "deep-args", history("call_big", ORIGINAL))
+    assert answer.choices[0].message.content == "done"
+    text = str(fake_upstream.bodies()[-1]["messages"][-1]["content"])
+    assert text.startswith("read_tool_output: invalid arguments (arguments nest too deep)"), text

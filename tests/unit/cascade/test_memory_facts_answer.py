@@ -59,3 +59,13 @@ def test_a_draft_in_the_thought_is_not_the_answer(opened: str) -> None:
     draft = json.dumps({"facts": ["The staging password is hunter2."]})
     said = f"{opened}\nA draft: {draft}. No: a password is a secret, not a fact.\n</think>\n"
     assert parse_facts(said + OBJECT) == ["The build uses uv", "The port is 8443"]
+
+
+def test_a_draft_nested_past_the_recursion_limit_is_passed_over_for_the_object() -> None:
+    """A draft nested 10,000 levels before the answer's object: reading it is a
+    RecursionError, no ValueError, which ended the extraction; it is passed over as any
+    draft that is no object with facts is, and a deep answer alone is "not JSON"."""
+    deep = "[" * 10_000 + "]" * 10_000
+    assert parse_facts(f'{{"draft": {deep}}}\n{OBJECT}') == json.loads(OBJECT)["facts"]
+    with pytest.raises(FactsAnswerError, match="not JSON"):
+        parse_facts(f'{{"facts": {deep}}}')

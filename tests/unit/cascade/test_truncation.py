@@ -216,3 +216,11 @@ def test_an_assistant_message_the_client_writes_has_its_tool_call_arguments_reda
     }
     off = truncate_tool_result(msg, cfg=CFG, redaction=RedactionConfig(enabled=False))
     assert off.message is msg and off.redacted == 0
+
+
+def test_a_marker_whose_arguments_nest_past_the_recursion_limit_is_no_cut() -> None:
+    """A client's text holding a marker with arguments nested 10,000 levels: reading them is
+    a RecursionError, no ValueError; the text is no cut of anything, not a 500."""
+    args = '{"id": "c1", "offset": ' + "[" * 10_000 + "]" * 10_000 + ', "limit": 5}'
+    text = f"head\n[... truncated 5 chars; read the rest with read_tool_output({args}) ...]\ntail"
+    assert not is_cut_from(text, "head12345tail")

@@ -1,0 +1,65 @@
+"""A client's field beside ``messages`` nested deeper than orjson writes (254 levels), but
+within what it reads (1024): ``loads_exact``'s look for wide integers wrote those fields
+with orjson, and its "Recursion limit reached" (a TypeError) answered 500.
+
+Nested up to ``jsonio.MAX_FIELD_DEPTH`` the body goes upstream as it came (the stdlib's
+writer takes it); deeper, it is the client's 400 naming the nesting, since no JSON writer
+of the proxy could send it on."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from proxy.jsonio import MAX_FIELD_DEPTH
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.reconcile_helpers import MODEL, user
+
+
+def _post(http: httpx.Client, sid: str, depth: int) -> httpx.Response:
+    deep = "[" * depth + "]" * depth
+    body = json.dumps({"model": MODEL, "messages": [user("hi")], "x": "DEEP"})
+    raw = body.replace('"DEEP"', deep).encode()
+    headers = {"X-Session-Id": sid, "content-type": "application/json"}
+    return http.post("/v1/chat/completions", content=raw, headers=headers)
+
+
+def test_a_field_nested_past_what_orjson_writes_goes_upstream_as_it_came(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.script(reply("fine"))
+    answer = _post(http, "deep-most", MAX_FIELD_DEPTH)
+    assert answer.status_code == 200, answer.text[:300]
+    sent = fake_upstream.bodies()[-1]["x"]
+    depth = 0
+    while isinstance(sent, list) and sent:
+        sent, depth = sent[0], depth + 1
+    assert depth == MAX_FIELD_DEPTH - 1 and sent == []
+
+
+def test_a_field_nested_past_the_writable_depth_is_the_clients_400(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    answer = _post(http, "deep-1020", 1020)
+    assert answer.status_code == 400, answer.text[:300]
+    error = answer.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert f"nests past {MAX_FIELD_DEPTH} levels" in error["message"], error
+    assert fake_upstream.bodies() == []
+
+
+def test_a_message_nested_past_what_the_hash_chain_writes_is_the_clients_400(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """A message nested 1020 levels (orjson reads it) runs the hash chain's writer out of
+    recursion: the client's 400 naming ``messages``, not a 500."""
+    deep = "[" * 1020 + "]" * 1020
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "DEEP"}]})
+    headers = {"X-Session-Id": "deep-message", "content-type": "application/json"}
+    raw = body.replace('"DEEP"', deep).encode()
+    answer = http.post("/v1/chat/completions", content=raw, headers=headers)
+    assert answer.status_code == 400, answer.text[:300]
+    assert answer.json()["error"]["param"] == "messages", answer.text
+    assert fake_upstream.bodies() == []
