@@ -1,9 +1,10 @@
 """A list's page as every list of the API gives it: at most ``limit`` rows, and ``has_more``,
 as OpenAI's lists say it, when a row is past the page. One row more than the page holds is
 read to know (``rows_to_read``) and cut off again (``page_of``): no second query counts the
-rest. A stored time is shown as ISO 8601 text (``iso_time``). The session list also pages by
-an opaque cursor (``session_cursor``): the place after a row, which rows coming to the front
-of the list do not move, as they move an offset. Pure: no I/O.
+rest. A stored time is shown as ISO 8601 text (``iso_time``). The session list and the
+memory lists also page by an opaque cursor (``session_cursor``, ``row_cursor``): the place
+after a row, which rows coming to the front of a list or leaving it do not move, as they move
+an offset. Pure: no I/O.
 """
 
 from __future__ import annotations
