@@ -1,6 +1,6 @@
 """Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
 hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
-directly (README, Deploying behind a pooler). ``proxy.bus`` uses it at start, :func:`listen`
+directly (README, Behind a connection pooler). ``proxy.bus`` uses it at start, :func:`listen`
 each time it LISTENs, :func:`end_silent` once it listens again after dropping a listener
 gone silent, and :class:`Losses` to say that it lost its listener and listens again."""
 
@@ -64,7 +64,7 @@ def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
                 "DATABASE_LISTEN_URL reaches PostgreSQL through the pooler (%s:%s, as"
                 " DATABASE_URL does), which cannot carry a LISTEN: no notification would reach"
                 " the event bus; set it to a URL that reaches PostgreSQL directly (README,"
-                " Deploying behind a pooler)",
+                " Behind a connection pooler)",
                 *pooler,
             )
         return listen, "DATABASE_LISTEN_URL"
@@ -72,7 +72,7 @@ def listen_url(settings: Settings, dsn: str) -> tuple[str, str]:
         log.warning(
             "CASCADE_DB_POOLER=transaction without DATABASE_LISTEN_URL: the event bus LISTENs"
             " through the pooler, which cannot carry it; set DATABASE_LISTEN_URL to a URL"
-            " that reaches PostgreSQL directly (README, Deploying behind a pooler)"
+            " that reaches PostgreSQL directly (README, Behind a connection pooler)"
         )
     return dsn, settings.database_source()
 
