@@ -97,21 +97,14 @@ class Reads:
         it."""
         after = member.mark
         self.members[member] = asked = asyncio.get_running_loop().time()
-        while True:
-            latest = self.latest
-            if latest is not None and not latest.task.done():
-                if since is not None and not latest.fits(after, since, None, asked):
-                    return await self._start(after, settle_seconds)
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(latest.task)
-            latest = self.latest
-            if latest is None or not latest.task.done():
-                if latest is None:
-                    return await self._start(after, settle_seconds)
-                continue  # another read began meanwhile: that one is waited for
-            if latest.fits(after, since, holding, asked):
-                return await asyncio.shield(latest.task)  # its result, or its failure
-            return await self._start(after, settle_seconds)
+        while (latest := self.latest) is not None and not latest.task.done():
+            if since is not None and not latest.fits(after, since, None, asked):
+                return await self._start(after, settle_seconds)
+            with contextlib.suppress(Exception):  # then the latest, which may be another
+                await asyncio.shield(latest.task)
+        if latest is not None and latest.fits(after, since, holding, asked):
+            return await asyncio.shield(latest.task)  # its result, or its failure
+        return await self._start(after, settle_seconds)
 
     async def _start(self, after: int, settle_seconds: float) -> list[Page]:
         loop = asyncio.get_running_loop()
