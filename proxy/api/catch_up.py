@@ -62,7 +62,7 @@ class _Read:
             return False
         if since is not None:
             return self.started >= since - SLACK
-        if self.started >= asked:  # begun after the live event was heard: it sees its row
+        if self.started > asked:  # begun after the live event was heard: it sees its row
             return True
         if not self.task.done() or self.task.cancelled() or self.task.exception():
             return False
