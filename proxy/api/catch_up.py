@@ -8,7 +8,9 @@ when it fits, waits for the one under way, or starts one itself, from the lowest
 session's streams. A read fits when it starts at or below the stream's mark and either began
 at or after the moment the stream wants one read from (``since``), or holds the live event
 the stream waits on (``holding``: a read that sees that committed row sees every row
-committed before it). A read a stream starts itself is always taken. Each stream then judges
+committed before it), or began after the stream asked for it, so after the event was heard
+(it sees what a read of the stream's own would: the row, the session gone, or the same
+failure). A read a stream starts itself is always taken. Each stream then judges
 the rows on its own: its key's reach of the session's agent, its mark, what it sent.
 
 The session is the tenant's (a session id is per tenant) made at ``created_at`` and read
@@ -55,11 +57,13 @@ class _Read:
     def __init__(self, after: int, started: float, task: asyncio.Task[list[Page]]) -> None:
         self.after, self.started, self.task = after, started, task
 
-    def fits(self, after: int, since: float | None, holding: int | None) -> bool:
+    def fits(self, after: int, since: float | None, holding: int | None, asked: float) -> bool:
         if self.after > after:
             return False
         if since is not None:
             return self.started >= since - SLACK
+        if self.started > asked:  # begun after the live event was heard: it sees its row
+            return True
         if not self.task.done() or self.task.cancelled() or self.task.exception():
             return False
         pages = self.task.result()
@@ -92,22 +96,15 @@ class Reads:
         of None says the session is gone. A failed read raises to every stream that takes
         it."""
         after = member.mark
-        self.members[member] = asyncio.get_running_loop().time()
-        while True:
-            latest = self.latest
-            if latest is not None and not latest.task.done():
-                if since is not None and not latest.fits(after, since, None):
-                    return await self._start(after, settle_seconds)
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(latest.task)
-            latest = self.latest
-            if latest is None or not latest.task.done():
-                if latest is None:
-                    return await self._start(after, settle_seconds)
-                continue  # another read began meanwhile: that one is waited for
-            if latest.fits(after, since, holding):
-                return await asyncio.shield(latest.task)  # its result, or its failure
-            return await self._start(after, settle_seconds)
+        self.members[member] = asked = asyncio.get_running_loop().time()
+        while (latest := self.latest) is not None and not latest.task.done():
+            if since is not None and not latest.fits(after, since, None, asked):
+                return await self._start(after, settle_seconds)
+            with contextlib.suppress(Exception):  # then the latest, which may be another
+                await asyncio.shield(latest.task)
+        if latest is not None and latest.fits(after, since, holding, asked):
+            return await asyncio.shield(latest.task)  # its result, or its failure
+        return await self._start(after, settle_seconds)
 
     async def _start(self, after: int, settle_seconds: float) -> list[Page]:
         loop = asyncio.get_running_loop()

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from proxy.api import catch_up, events
-from proxy.bus import BusEvent
+from proxy.bus import RELISTENED, BusEvent
 from proxy.config import Config
+from proxy.store.db import DatabaseUnavailable
 
 STREAMS = 200
 ROUNDS = 10
@@ -187,3 +188,47 @@ async def test_a_stream_that_stopped_asking_no_longer_holds_the_reads_back(
         await asyncio.sleep(INTERVAL * 2)
         await reads.read(reading, 10.0, since=asyncio.get_running_loop().time())
     assert afters == [0, 100]
+
+
+async def test_a_live_event_whose_read_finds_no_session_costs_one_read_not_one_each(
+    table: _Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read that holds no row of the live event (the session deleted meanwhile, or the read
+    # failed) fitted no stream waiting on it: each started one of its own, one after another.
+    bus, session = _Bus(), ("t", "s", datetime.now(UTC))
+    monkeypatch.setattr(events, "CATCH_UP_SECONDS", 60.0)  # no periodic read meanwhile
+    tasks, frames = await _open(STREAMS, bus, session)
+    table.reads = 0
+
+    async def deleted(pool: Any, **kw: Any) -> Any:
+        table.reads += 1
+        await asyncio.sleep(0)
+        return None
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", deleted)
+    bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)  # each stream finds its session gone
+    assert table.reads <= 2, table.reads
+    assert all(f == [events.LIVE] for f in frames)
+
+
+async def test_a_live_event_whose_read_fails_costs_one_read_not_one_each(
+    table: _Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, session = _Bus(), ("t", "s", datetime.now(UTC))
+    monkeypatch.setattr(events, "CATCH_UP_SECONDS", 60.0)  # no periodic read meanwhile
+    tasks, frames = await _open(STREAMS, bus, session)
+    table.reads = 0
+
+    async def outage(pool: Any, **kw: Any) -> Any:
+        table.reads += 1
+        await asyncio.sleep(0)
+        raise DatabaseUnavailable("the database is down")
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", outage)
+    bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))
+    await asyncio.sleep(0.2)  # each stream holds the event back for a catch-up
+    bus.live(RELISTENED)  # which ends each stream
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert table.reads <= 2, table.reads
+    assert all(f == [events.LIVE] for f in frames)
