@@ -216,8 +216,12 @@ async def persist_step(
     - ``events`` (persisted; the trigger NOTIFYs them) and ready ``transient`` payloads.
 
     A position both evicted and trimmed is one row of the UPDATE (PostgreSQL applies only
-    one change when a statement updates a row twice). Spilled outputs go in with the
-    messages they belong to (``steps.begin_step``, ``append_and_fetch_window``).
+    one change when a statement updates a row twice). The session row is locked before the
+    message rows, as a compaction's summary insert locks them (``summaries.insert_summary``):
+    PostgreSQL runs the data-modifying CTEs the main query does not read last-written first,
+    so ``reclaimed`` stays written after ``evicted`` (written before it, the two deadlock).
+    Spilled outputs go in with the messages they belong to (``steps.begin_step``,
+    ``append_and_fetch_window``).
     """
     if _marks_nothing(evicted, trimmed, reclaimed, events, transient):
         return

@@ -27,7 +27,7 @@ from proxy.history import chain
 from proxy.services import incoming
 from proxy.services.history import reconcile_and_load
 from proxy.session_id import SessionKey
-from proxy.store import leases, messages as msgs, summaries
+from proxy.store import leases, messages as msgs, summaries, writes
 from tests.integration.store.helpers import OWNER, A, B, create_session
 
 T, S = "t-a", "s1"
@@ -265,3 +265,28 @@ async def test_a_claim_taken_while_the_insert_waits_on_the_folded_row_sees_its_s
         taken = asyncio.create_task(take(b))
         await waits(watcher, taken, 2)
     assert await stored == 1 and await taken == [1]
+
+
+async def test_a_step_evicting_the_last_folded_row_while_the_insert_waits_on_the_session(
+    conns: Any, pool: asyncpg.Pool
+) -> None:
+    """A step's marks (``persist_step``) evict the last folded message and add to the
+    session's reclaimed tokens, one statement, while the compaction's insert runs: both
+    wait on the session row another transaction holds. The insert goes first and waits
+    for the message row the step's UPDATE holds if the step took it before the session
+    row: a deadlock. The step locks the session row first, as the insert does, so both
+    land (with ``persist_step``'s ``reclaimed`` CTE written before ``evicted``, this fails
+    with DeadlockDetectedError)."""
+    a, b, watcher = conns
+    assert await leases.claim_compaction(a, owner=A, ttl=60.0, **CLAIM)
+    placeholder = {"role": "assistant", "content": "[evicted]"}
+    async with pool.acquire() as gate, gate.transaction():
+        await gate.execute("SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE", T, S)
+        stored = asyncio.create_task(insert(a, 20, owner=A))
+        await waits(watcher, stored, 1)
+        marked = asyncio.create_task(
+            writes.persist_step(b, evicted=[(BOUNDARY - 1, placeholder, 3)], reclaimed=5, **CLAIM)
+        )
+        await waits(watcher, marked, 2)
+    assert await stored == 1
+    await marked
