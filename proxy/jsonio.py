@@ -16,6 +16,7 @@ import orjson
 
 __all__ = [
     "MAX_FIELD_DEPTH",
+    "TooDeep",
     "dumps",
     "dumps_sorted",
     "loads",
@@ -166,9 +167,17 @@ def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def dumps_sorted(obj: Any) -> bytes:
-    """Deterministic: sorted keys, no spaces, raw UTF-8 (what the hash chain hashes)."""
+class TooDeep(ValueError):
+    """A client's value nested past ``MAX_FIELD_DEPTH``: the client's 400, not the stack's."""
+
+
+def dumps_sorted(obj: Any, *, levels: int | None = None) -> bytes:
+    """Deterministic: sorted keys, no spaces, raw UTF-8 (what the hash chain hashes). With
+    ``levels``, an ``obj`` nested deeper is ``TooDeep``, looked at only when orjson, which
+    writes 254, refuses it, so the bound is the same whatever stack ``json`` has left."""
     try:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
+        if levels is not None and _depth(obj) > levels:
+            raise TooDeep(f"nests past {MAX_FIELD_DEPTH} levels") from None
         return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()

@@ -63,3 +63,21 @@ def test_a_message_nested_past_what_the_hash_chain_writes_is_the_clients_400(
     assert answer.status_code == 400, answer.text[:300]
     assert answer.json()["error"]["param"] == "messages", answer.text
     assert fake_upstream.bodies() == []
+
+
+def test_a_message_is_held_to_the_fields_depth_not_to_the_stack_left(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """A message nested past ``MAX_FIELD_DEPTH`` but well within the recursion limit is the
+    same 400 as a field that deep: its bound is not however much stack the request has left
+    where the hash chain's writer, or a later one, runs."""
+    deep = "[" * (MAX_FIELD_DEPTH + 88) + "]" * (MAX_FIELD_DEPTH + 88)
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "DEEP"}]})
+    headers = {"X-Session-Id": "deep-message-600", "content-type": "application/json"}
+    raw = body.replace('"DEEP"', deep).encode()
+    answer = http.post("/v1/chat/completions", content=raw, headers=headers)
+    assert answer.status_code == 400, answer.text[:300]
+    error = answer.json()["error"]
+    assert error["param"] == "messages", error
+    assert f"nests past {MAX_FIELD_DEPTH} levels" in error["message"], error
+    assert fake_upstream.bodies() == []
