@@ -57,8 +57,10 @@ def loads_exact(data: bytes) -> Any:
         try:
             written = orjson.dumps(rest)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes
-            if _depth(rest) - 1 > MAX_FIELD_DEPTH:  # ``rest``, the list of them, is one
-                raise ValueError(f"a field nests past {MAX_FIELD_DEPTH} levels") from None
+            for name, value in obj.items():
+                if name != "messages" and _depth(value) > MAX_FIELD_DEPTH:
+                    why = f"{name!r} nests past {MAX_FIELD_DEPTH} levels"
+                    raise TooDeep(why, name) from None
             written = b"e+"  # not written: walked for a wide float below instead
         if b"+" in written and b"e+" in written and _wide(rest):
             return loads_json(data)
@@ -168,7 +170,12 @@ def dumps(obj: Any) -> bytes:
 
 
 class TooDeep(ValueError):
-    """A client's value nested past ``MAX_FIELD_DEPTH``: the client's 400, not the stack's."""
+    """A client's value nested past ``MAX_FIELD_DEPTH``: the client's 400, not the stack's;
+    ``field`` names the body's field when the value is one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def dumps_sorted(obj: Any, *, levels: int | None = None) -> bytes:

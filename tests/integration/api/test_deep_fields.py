@@ -81,3 +81,15 @@ def test_a_message_is_held_to_the_fields_depth_not_to_the_stack_left(
     assert error["param"] == "messages", error
     assert f"nests past {MAX_FIELD_DEPTH} levels" in error["message"], error
     assert fake_upstream.bodies() == []
+
+
+def test_the_400_for_a_deep_field_names_the_field_and_does_not_call_the_json_invalid(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    answer = _post(http, "deep-named", MAX_FIELD_DEPTH + 1)
+    assert answer.status_code == 400, answer.text[:300]
+    error = answer.json()["error"]
+    assert error["param"] == "x", error
+    assert "'x' nests past" in error["message"], error
+    assert "not valid JSON" not in error["message"], error
+    assert fake_upstream.bodies() == []
