@@ -93,3 +93,19 @@ def test_the_400_for_a_deep_field_names_the_field_and_does_not_call_the_json_inv
     assert "'x' nests past" in error["message"], error
     assert "not valid JSON" not in error["message"], error
     assert fake_upstream.bodies() == []
+
+
+def test_a_message_whose_content_nests_the_fields_depth_goes_upstream(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """The message's own level is not counted: content nested ``MAX_FIELD_DEPTH`` levels is
+    taken, as a field that deep is."""
+    fake_upstream.script(reply("fine"))
+    deep = "[" * MAX_FIELD_DEPTH + "]" * MAX_FIELD_DEPTH
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "DEEP"}]})
+    headers = {"X-Session-Id": "deep-message-512", "content-type": "application/json"}
+    answer = http.post(
+        "/v1/chat/completions", content=body.replace('"DEEP"', deep).encode(), headers=headers
+    )
+    assert answer.status_code == 200, answer.text[:300]
+    assert fake_upstream.bodies()[-1]["messages"][-1]["content"] is not None
