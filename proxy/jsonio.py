@@ -70,7 +70,8 @@ def loads_exact(data: bytes) -> Any:
 MAX_FIELD_DEPTH = 512
 """How deep a client's field beside ``messages`` may nest: orjson reads 1024 levels and
 writes 254, and a field past that goes upstream through ``json``, whose recursion takes
-about 1000 less the stack of the request handling it; a deeper one is the client's 400."""
+about 1000 less the stack of the request handling it; a deeper one is the client's 400.
+A message's content is held to the same (``history.chain``)."""
 
 
 def _depth(value: Any) -> int:
