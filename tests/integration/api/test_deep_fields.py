@@ -109,3 +109,22 @@ def test_a_message_whose_content_nests_the_fields_depth_goes_upstream(
     )
     assert answer.status_code == 200, answer.text[:300]
     assert fake_upstream.bodies()[-1]["messages"][-1]["content"] is not None
+
+
+def test_a_deep_first_message_of_a_session_named_by_none_is_the_clients_400(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """With no session id sent, the id is derived from the first user message's content,
+    written by ``json``: nested near what orjson reads, that ran out of recursion (a 500)
+    before the hash chain's bound was reached."""
+    deep = "[" * 1020 + "]" * 1020
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "DEEP"}]})
+    raw = body.replace('"DEEP"', deep).encode()
+    answer = http.post(
+        "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 400, answer.text[:300]
+    error = answer.json()["error"]
+    assert error["param"] == "messages", error
+    assert f"nests past {MAX_FIELD_DEPTH} levels" in error["message"], error
+    assert fake_upstream.bodies() == []
