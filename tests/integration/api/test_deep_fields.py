@@ -3,8 +3,8 @@ within what it reads (1024): ``loads_exact``'s look for wide integers wrote thos
 with orjson, and its "Recursion limit reached" (a TypeError) answered 500.
 
 Nested up to ``jsonio.MAX_FIELD_DEPTH`` the body goes upstream as it came (the stdlib's
-writer takes it); deeper, it is the client's 400 naming the nesting, since no JSON writer
-of the proxy could send it on."""
+writer takes it); deeper, it is the client's 400 naming the field, since no JSON writer
+of the proxy could send it on. A message's content is held to the same bound."""
 
 from __future__ import annotations
 
