@@ -102,7 +102,7 @@ class Answer:
             return None
         try:
             return _DECODER.raw_decode(tail[1:].lstrip())[0]
-        except ValueError:
+        except (ValueError, RecursionError):  # cut off, not JSON, or nested past the limit
             return None
 
     @property

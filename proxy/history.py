@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.jsonio import dumps_sorted
+from proxy.jsonio import MAX_FIELD_DEPTH, dumps_sorted
 
 __all__ = [
     "Append",
@@ -106,13 +106,13 @@ def canonical_json(msg: Mapping[str, Any]) -> str:
     return dumps_sorted(canonical_message(msg)).decode()
 
 
-def chain_hash(prev: str, msg: Mapping[str, Any]) -> str:
+def chain_hash(prev: str, msg: Mapping[str, Any], *, levels: int | None = None) -> str:
     """sha256 hex of ``prev + "\\n" + canonical_json(msg)``: identifies the prefix ending at msg.
 
     orjson, not json: hashing runs over every resent message of every request, and orjson
-    writes the canonical form several times faster.
+    writes the canonical form several times faster. ``levels`` as ``dumps_sorted`` takes it.
     """
-    data = (prev + "\n").encode() + dumps_sorted(canonical_message(msg))
+    data = (prev + "\n").encode() + dumps_sorted(canonical_message(msg), levels=levels)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -120,12 +120,14 @@ def chain(messages: Sequence[Mapping[str, Any]], seed: str = "") -> list[str]:
     """Running hashes: ``chain(m)[i]`` covers ``m[0..i]``.
 
     Prefix-stable: ``chain(m[:k]) == chain(m)[:k]``, and ``chain(m[k:], chain(m)[k-1])``
-    continues the chain, which is how the shell hashes only the new messages.
+    continues the chain, which is how the shell hashes only the new messages. A client's
+    message nested past ``MAX_FIELD_DEPTH`` (a content part the message's own level under
+    it) is ``TooDeep``, the bound of a field beside ``messages``.
     """
     hashes: list[str] = []
     prev = seed
     for msg in messages:
-        prev = chain_hash(prev, msg)
+        prev = chain_hash(prev, msg, levels=MAX_FIELD_DEPTH + 1)
         hashes.append(prev)
     return hashes
 

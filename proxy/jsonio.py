@@ -16,6 +16,7 @@ import orjson
 
 __all__ = [
     "MAX_FIELD_DEPTH",
+    "TooDeep",
     "dumps",
     "dumps_sorted",
     "loads",
@@ -56,8 +57,10 @@ def loads_exact(data: bytes) -> Any:
         try:
             written = orjson.dumps(rest)
         except orjson.JSONEncodeError:  # nested past the 254 levels orjson writes
-            if _depth(rest) - 1 > MAX_FIELD_DEPTH:  # ``rest``, the list of them, is one
-                raise ValueError(f"a field nests past {MAX_FIELD_DEPTH} levels") from None
+            for name, value in obj.items():
+                if name != "messages" and _depth(value) > MAX_FIELD_DEPTH:
+                    why = f"{name!r} nests past {MAX_FIELD_DEPTH} levels"
+                    raise TooDeep(why, name) from None
             written = b"e+"  # not written: walked for a wide float below instead
         if b"+" in written and b"e+" in written and _wide(rest):
             return loads_json(data)
@@ -67,7 +70,8 @@ def loads_exact(data: bytes) -> Any:
 MAX_FIELD_DEPTH = 512
 """How deep a client's field beside ``messages`` may nest: orjson reads 1024 levels and
 writes 254, and a field past that goes upstream through ``json``, whose recursion takes
-about 1000 less the stack of the request handling it; a deeper one is the client's 400."""
+about 1000 less the stack of the request handling it; a deeper one is the client's 400.
+A message's content is held to the same (``history.chain``)."""
 
 
 def _depth(value: Any) -> int:
@@ -166,9 +170,22 @@ def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def dumps_sorted(obj: Any) -> bytes:
-    """Deterministic: sorted keys, no spaces, raw UTF-8 (what the hash chain hashes)."""
+class TooDeep(ValueError):
+    """A client's value nested past ``MAX_FIELD_DEPTH``: the client's 400, not the stack's;
+    ``field`` names the body's field when the value is one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def dumps_sorted(obj: Any, *, levels: int | None = None) -> bytes:
+    """Deterministic: sorted keys, no spaces, raw UTF-8 (what the hash chain hashes). With
+    ``levels``, an ``obj`` nested deeper is ``TooDeep``, looked at only when orjson, which
+    writes 254, refuses it, so the bound is the same whatever stack ``json`` has left."""
     try:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
+        if levels is not None and _depth(obj) > levels:
+            raise TooDeep(f"nests past {MAX_FIELD_DEPTH} levels") from None
         return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()

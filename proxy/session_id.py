@@ -14,6 +14,8 @@ from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 from proxy.cascade.types import LEADING_ROLES
+from proxy.errors import ClientRequestError
+from proxy.jsonio import MAX_FIELD_DEPTH
 
 __all__ = [
     "SessionKey",
@@ -96,7 +98,13 @@ def _content_key(content: Any) -> str:
         return ""
     if isinstance(content, str):
         return content
-    return json.dumps(content, sort_keys=True)
+    try:
+        return json.dumps(content, sort_keys=True)
+    except RecursionError:  # deeper than the hash chain's bound, met here first: its 400
+        raise ClientRequestError(
+            f"a message nests past {MAX_FIELD_DEPTH} levels: send one nested fewer levels",
+            param="messages",
+        ) from None
 
 
 def _first_content(messages: list[Any], roles: Collection[str]) -> str:

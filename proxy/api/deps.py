@@ -20,7 +20,7 @@ from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
-from proxy.jsonio import loads_exact
+from proxy.jsonio import TooDeep, loads_exact
 from proxy.requestlog import note_session
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
@@ -227,6 +227,8 @@ def json_object(
     """``raw`` parsed, when it is a JSON object; else the 400 saying what to send."""
     try:
         body = loads_exact(raw) if resent is None else resent.parse(key, raw)
+    except TooDeep as exc:  # valid JSON the proxy could not send on
+        raise ClientRequestError(f"{exc}: send it nested fewer levels", param=exc.field) from None
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         raise ClientRequestError(
             f"request body is not valid JSON ({exc}); send a JSON object"

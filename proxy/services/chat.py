@@ -44,6 +44,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.types import Message
 from proxy.config import Config
 from proxy.errors import ClientRequestError
+from proxy.jsonio import TooDeep
 from proxy.observe import note_step_events
 from proxy.requestlog import note_session
 from proxy.services import budget as budgets, incoming, toolloop
@@ -158,10 +159,9 @@ class ChatService:
         key = ctx.key
         try:
             hashes = self.chains.chain(key, body["messages"])
-        except RecursionError:  # orjson reads 1024 levels; the chain's writer takes fewer
+        except TooDeep as exc:  # orjson reads 1024 levels; the proxy sends on 512
             raise ClientRequestError(
-                "a message nests too deep to be stored: send one nested fewer levels",
-                param="messages",
+                f"a message {exc}: send one nested fewer levels", param="messages"
             ) from None
         if ctx.derived:  # a guess queues only behind its own conversation, else takes a lane
             key, ctx = self._lane(key, ctx, hashes)

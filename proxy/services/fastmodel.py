@@ -258,10 +258,7 @@ def answer_data(resp: Any) -> Any:
         text = resp.text.lstrip()
         if not text.startswith(("data:", ":", "event:", "id:")):
             raise
-        try:
-            return _streamed(text, _scrubbing(resp))
-        except RecursionError as exc:
-            raise ValueError(_TOO_DEEP) from exc
+        return _streamed(text, _scrubbing(resp))
 
 
 _TOO_DEEP = "the answer's JSON nests too deep"
@@ -293,7 +290,10 @@ def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:
             data = sse.event_data(event)
             if data is None:  # a comment, an id or an event name alone
                 continue
-            json.loads(data)  # what keeps it from being a chunk: not JSON, nested too deep
+            try:  # what keeps it from being a chunk: not JSON (its ValueError), or too deep
+                json.loads(data)
+            except RecursionError as exc:
+                raise ValueError(_TOO_DEEP) from exc
             raise ValueError("a streamed chunk is no JSON object")
         if chunk.get("error") is not None:
             quoted = scrub(sse.event_data(event) or "")[:300]

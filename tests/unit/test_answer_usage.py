@@ -30,3 +30,10 @@ def _answer(body: bytes) -> Answer:
 )  # fmt: skip
 def test_the_usage_of_an_answer(body: bytes, usage: object) -> None:
     assert _answer(body).usage() == usage
+
+
+def test_a_usage_nested_past_the_recursion_limit_is_none() -> None:
+    """A provider's ``usage`` nested past what ``json`` recursion allows is no readable
+    usage: the embeddings answer is relayed as it came, not a 500 from the RecursionError."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert _answer(b'{"data":[],"usage":' + deep + b"}").usage() is None
