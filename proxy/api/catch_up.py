@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
 from proxy.store import events as store
 
-__all__ = ["Page", "Reads", "sharing"]
+__all__ = ["Page", "Reads", "pages", "sharing"]
 
 Page = tuple[str | None, list[Any]] | None
 """One statement's answer: the session's agent and its rows, or None (no such session)."""
@@ -116,20 +116,36 @@ class Reads:
         return await asyncio.shield(task)
 
     async def _fetch(self, after: int, settle_seconds: float) -> list[Page]:
-        pages: list[Page] = []
-        while True:
-            page = await store.fetch_session_events_after(
-                self.pool,
-                tenant=self.tenant,
-                session_id=self.session_id,
-                after_id=after,
-                created_at=self.created_at,
-                settle_seconds=settle_seconds,
-            )
-            pages.append(page)
-            if page is None or len(page[1]) < PAGE:
-                return pages
-            after = page[1][-1]["id"]
+        found = pages(
+            self.pool, self.tenant, self.session_id, self.created_at, after, settle_seconds
+        )
+        return [page async for page in found]
+
+
+async def pages(
+    pool: Any,
+    tenant: str,
+    session_id: str,
+    created_at: datetime,
+    after: int,
+    settle_seconds: float,
+) -> AsyncIterator[Page]:
+    """The session's rows past ``after``, a statement of at most ``PAGE`` rows at a time,
+    through the first page that is not full (or None: no such session). A shared read
+    takes them all; a stream's replay as it opens, its own read, takes them as they come."""
+    while True:
+        page = await store.fetch_session_events_after(
+            pool,
+            tenant=tenant,
+            session_id=session_id,
+            after_id=after,
+            created_at=created_at,
+            settle_seconds=settle_seconds,
+        )
+        yield page
+        if page is None or len(page[1]) < PAGE:
+            return
+        after = page[1][-1]["id"]
 
 
 _SESSIONS: dict[tuple[Any, str, str, datetime], Reads] = {}

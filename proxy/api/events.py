@@ -104,7 +104,10 @@ class _Cursor:
         that must hold ``upto``), the rows come from a read the session's streams share."""
         settled, self.ahead = True, []
         if shared is None:
-            pages = self._pages(pool, tenant, session_id)
+            # this stream's own read (the replay as it opens)
+            pages = catch_up.pages(
+                pool, tenant, session_id, self.created_at, self.mark, SETTLE_SECONDS
+            )
         else:
             reads, since = shared
             holding = None if since is not None else upto
@@ -129,23 +132,6 @@ class _Cursor:
                 if fresh:
                     yield _frame(BusEvent(r["name"], r["data"], r["id"]))
         self.sent = {i for i in self.sent if i > self.mark}
-
-    async def _pages(self, pool: Any, tenant: str, session_id: str) -> AsyncIterator[Page]:
-        """This stream's own read past ``mark``, a page at a time (the replay as it opens)."""
-        after_id = self.mark
-        while True:
-            read = await store.fetch_session_events_after(
-                pool,
-                tenant=tenant,
-                session_id=session_id,
-                after_id=after_id,
-                created_at=self.created_at,
-                settle_seconds=SETTLE_SECONDS,
-            )
-            yield read
-            if read is None or len(read[1]) < catch_up.PAGE:
-                return
-            after_id = read[1][-1]["id"]
 
 
 async def _each(pages: list[Page]) -> AsyncIterator[Page]:
