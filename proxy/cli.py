@@ -180,7 +180,7 @@ def _parser() -> argparse.ArgumentParser:
         if action != "ls":
             a.add_argument("id", type=_path_session_id, help="the session id")
         if action in ("ls", "messages"):
-            _page_options(a, 100 if action == "ls" else 1000)
+            _page_options(a, 100 if action == "ls" else 1000, cursor=action == "ls")
         if action == "ls":
             a.add_argument(
                 "--filter",
@@ -202,17 +202,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _page_options(p: argparse.ArgumentParser, limit: int) -> None:
-    """``--limit`` (default ``limit``) and ``--offset``, as the API's lists take them."""
+def _page_options(p: argparse.ArgumentParser, limit: int, *, cursor: bool = False) -> None:
+    """``--limit`` (default ``limit``) and ``--offset``, as the API's lists take them; with
+    ``cursor``, ``--cursor`` (a page's ``next_cursor``) too, a usage error beside
+    ``--offset`` as the API's 400. That ``--offset`` defaults to None (read as 0): argparse
+    takes an option as given when its value is not the default object, and 0 is always 0."""
     p.add_argument(
         "--limit", type=_count(1), default=limit, help="how many to list (default %(default)s)"
     )
-    p.add_argument(
+    start = p.add_mutually_exclusive_group() if cursor else p
+    start.add_argument(
         "--offset",
         type=_count(0, _BIGINT_MAX),
-        default=0,
+        default=None if cursor else 0,
         help="how many to skip first (default 0)",
     )
+    if cursor:
+        start.add_argument(
+            "--cursor",
+            default="",
+            help="start after the place a page's note (or its next_cursor) names, which rows "
+            "made or gone meanwhile do not move; not with --offset (default: the first page)",
+        )
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
@@ -276,7 +287,7 @@ def _memory_parser(sub: Any) -> None:
                 "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
             )
         if action == "ls":
-            _page_options(a, 100)
+            _page_options(a, 100, cursor=True)
         if action == "add":
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":
@@ -289,7 +300,7 @@ def _memory_parser(sub: Any) -> None:
                 default="",
                 help="only this session's suggestions (default: every session's)",
             )
-            _page_options(a, 100)
+            _page_options(a, 100, cursor=True)
         if action in ("accept", "reject"):
             a.add_argument(
                 "id", type=_suggestion_id, help="the suggestion's id (see 'memory suggestions')"

@@ -289,7 +289,7 @@ def _say_error(
     )
 
 
-_OPTIONS = ("limit", "offset")  # query parameters sent as the --option of the same name
+_OPTIONS = ("limit", "offset", "cursor")  # query parameters sent as the --option of the same name
 
 
 def _as_option(message: str, param: Any, params: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.cli_api import call_api, path_segment
-from proxy.cli_sessions import next_page
+from proxy.cli_sessions import next_page, offset_of, page_params
 from proxy.cli_text import cell, table
 
 __all__ = ["run_memory"]
@@ -29,13 +29,16 @@ def _ls(body: dict[str, Any]) -> str:
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)
 
 
-def _ls_from(offset: int) -> Callable[[dict[str, Any]], str]:
+def _ls_from(offset: int, cursor: str) -> Callable[[dict[str, Any]], str]:
     """:func:`_ls`, but an empty page at ``--offset`` N says nothing is at N or past it:
-    "no facts" would read as if the scope had none (the API gives no count)."""
+    "no facts" would read as if the scope had none (the API gives no count); one at
+    ``--cursor`` says the scope's list ends there."""
 
     def shown(body: dict[str, Any]) -> str:
         if body["data"]:
             return _ls(body)
+        if cursor:
+            return "no facts past that --cursor (the list ends there)"
         return f"no facts at --offset {offset} or past it (this scope has at most {offset})"
 
     return shown
@@ -77,16 +80,16 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
     request: tuple[str, str, dict[str, Any], Any]
     render, note = _RENDER[args.action], None
     if args.action == "ls":
-        page = {"limit": args.limit, "offset": args.offset}
-        request = ("GET", "/v1/memory", {"scope": args.scope, **page}, None)
-        note = next_page(args.limit, args.offset)
-        render = _ls_from(args.offset) if args.offset else render
+        request = ("GET", "/v1/memory", {"scope": args.scope, **page_params(args)}, None)
+        note = next_page(args.limit, offset_of(args))
+        if offset_of(args) or args.cursor:
+            render = _ls_from(offset_of(args), args.cursor)
     elif args.action == "add":
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
     elif args.action == "suggestions":
-        page = {"limit": args.limit, "offset": args.offset, "session_id": args.session}
+        page = {**page_params(args), "session_id": args.session}
         request = ("GET", "/v1/memory/suggestions", page, None)
-        note = next_page(args.limit, args.offset)
+        note = next_page(args.limit, offset_of(args))
     elif args.action in ("accept", "reject"):
         path = f"/v1/memory/suggestions/{path_segment(args.id)}/{args.action}"
         facts = getattr(args, "facts", None)

@@ -76,11 +76,39 @@ def test_memory_ls_pages_as_sessions_ls(
         assert _run(capsys, *url, "add", text)[0] == 0
     code, out, err = _run(capsys, *url, "ls", "--limit", "2")
     assert code == 0 and len(out.splitlines()) == 3  # the header and two facts
-    assert "(more follow: --offset 2)" in err  # has_more
+    assert "(more follow: --cursor " in err  # has_more, and the list's next_cursor
+    cursor = err.split("(more follow: --cursor ")[1].split(")")[0]
     code, out, err = _run(capsys, *url, "ls", "--offset", "2")
     assert code == 0 and out.splitlines()[1].endswith("Fact C is 3") and "more" not in err
     code, out, _ = _run(capsys, *url, "ls", "--offset", "5")
     assert code == 0 and "no facts at --offset 5 or past it" in out
+    # a fact forgotten between two pages: --offset 2 now skips Fact C, the cursor does not
+    first = json.loads(_run(capsys, *url, "--json", "ls", "--limit", "1")[1])["data"][0]
+    assert _run(capsys, *url, "rm", str(first["id"]))[0] == 0
+    code, out, err = _run(capsys, *url, "ls", "--cursor", cursor)
+    assert code == 0 and out.splitlines()[1].endswith("Fact C is 3") and "more" not in err
+    assert _run(capsys, *url, "ls", "--offset", "2")[1].startswith("no facts at --offset 2")
+
+
+def test_memory_suggestions_page_by_cursor_past_one_answered_between_the_pages(
+    proxy: ProxyServer,
+    db_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An answered suggestion leaves the list: ``--offset 1`` then skips the one after it,
+    and the note's ``--cursor`` does not."""
+    url = ["--url", proxy.origin]
+    monkeypatch.setenv("CASCADE_API_KEY", KEY)
+    for sid, sug in (("s1", "sug-a"), ("s2", "sug-b"), ("s3", "sug-c")):
+        suggest(db_dsn, sid, sug, [f"The fact of {sug}"])
+    code, out, err = _run(capsys, *url, "suggestions", "--limit", "1")
+    assert code == 0 and out.startswith("sug-a") and "(more follow: --cursor " in err
+    cursor = err.split("(more follow: --cursor ")[1].split(")")[0]
+    assert _run(capsys, *url, "reject", "sug-a")[0] == 0
+    code, out, err = _run(capsys, *url, "suggestions", "--limit", "1", "--cursor", cursor)
+    assert code == 0 and out.startswith("sug-b") and "(more follow: --cursor " in err, out
+    assert _run(capsys, *url, "suggestions", "--limit", "1", "--offset", "1")[1].startswith("sug-c")
 
 
 def test_memory_suggestions_are_listed_accepted_and_rejected(

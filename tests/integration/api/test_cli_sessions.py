@@ -127,11 +127,11 @@ def test_a_full_page_says_where_the_next_one_starts(
     url = ["--url", proxy.origin, "--api-key", KEY]
     code, out, err = _run(capsys, *url, "ls", "--limit", "2")
     assert code == 0 and len(out.splitlines()) == 3
-    assert "(more follow: --offset 2)" in err
+    assert "(more follow: --cursor " in err  # the list's next_cursor
     code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
     assert code == 0 and len(out.splitlines()) == 2 and "more" not in err
     code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
-    assert "(more follow: --offset 1)" in err
+    assert "(more follow: --offset 1)" in err  # a history pages by position
     # a page that is full and the last (the API's has_more): no note of more that is not there
     code, out, err = _run(capsys, *url, "ls", "--limit", "3")
     assert code == 0 and len(out.splitlines()) == 4 and "more" not in err
@@ -171,12 +171,47 @@ def test_a_full_page_says_where_the_next_one_starts_with_json_too(
     url = ["--url", proxy.origin, "--api-key", KEY, "--json"]
     code, out, err = _run(capsys, *url, "ls", "--limit", "2")
     assert code == 0 and len(json.loads(out)["data"]) == 2
-    assert "(more follow: --offset 2)" in err
+    assert f"(more follow: --cursor {json.loads(out)['next_cursor']})" in err
     code, out, err = _run(capsys, *url, "messages", "p1", "--limit", "1")
     assert code == 0 and len(json.loads(out)["data"]) == 1
     assert "(more follow: --offset 1)" in err
     code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
     assert code == 0 and "more" not in err
+
+
+def test_ls_pages_by_cursor_past_a_session_made_between_the_pages(
+    http: httpx.Client, proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --offset counted rows from the front, where a session made between two pages goes:
+    # the next page began one row back, repeating the last one shown and never reaching
+    # the last one; the note's --cursor names the place after the last row shown
+    for sid in ("c1", "c2", "c3"):
+        _chat(http, sid, "hi")
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2")
+    assert [r.split()[0] for r in out.splitlines()[1:]] == ["c3", "c2"]
+    cursor = err.split("(more follow: --cursor ")[1].split(")")[0]
+    _chat(http, "c4", "hi")
+    code, out, err = _run(capsys, *url, "ls", "--limit", "2", "--cursor", cursor)
+    assert code == 0 and [r.split()[0] for r in out.splitlines()[1:]] == ["c1"], out
+    assert "more" not in err
+    code, out, _ = _run(capsys, *url, "ls", "--limit", "2", "--offset", "2")
+    assert out.splitlines()[1].split()[0] == "c2"  # what an offset did: c2 again
+    # an empty page past a cursor (its last session deleted since) says the list ends
+    # there, not that the key has no sessions
+    assert _run(capsys, *url, "rm", "c1")[0] == 0
+    code, out, _ = _run(capsys, *url, "ls", "--cursor", cursor)
+    assert (code, out.strip()) == (0, "no sessions past that --cursor (the list ends there)")
+
+
+def test_a_cursor_no_page_gave_is_the_apis_400_naming_the_option(
+    proxy: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--url", proxy.origin, "--api-key", KEY]
+    code, _, err = _run(capsys, *url, "ls", "--cursor", "not-a-cursor")
+    assert code == 1 and "400 'cursor' is no cursor a page gave" in err, err
+    code, _, err = _run(capsys, *url, "ls", "--cursor", "x" * 1001)
+    assert code == 1 and "400 --cursor: String should have at most 1000" in err, err
 
 
 def test_the_client_base_url_the_banner_prints_is_taken_as_the_origin(

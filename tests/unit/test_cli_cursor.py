@@ -1,0 +1,77 @@
+"""``sessions ls``, ``memory ls`` and ``memory suggestions`` page by ``--cursor`` (the API's
+``next_cursor``) as well as by ``--offset``: the two are two starts, a usage error together,
+and a page with more after it names the next one's ``--cursor``, which rows made or gone
+between the pages do not move as they move an offset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy import cli_api
+from proxy.cli import main
+from proxy.cli_sessions import next_page
+
+LISTS = [["sessions", "ls"], ["memory", "ls"], ["memory", "suggestions"]]
+URL = ["--url", "http://127.0.0.1:1"]  # nothing listens: a request would say so instead
+
+
+@pytest.mark.parametrize("command", LISTS, ids=" ".join)
+def test_offset_and_cursor_together_are_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    for starts in (["--offset", "3", "--cursor", "abc"], ["--cursor", "abc", "--offset", "0"]):
+        with pytest.raises(SystemExit) as usage:
+            main([*command, *starts, *URL])
+        assert usage.value.code == 2
+        err = capsys.readouterr().err
+        assert "--cursor" in err and "--offset" in err and "not allowed with" in err, err
+        assert "cannot reach" not in err
+
+
+def test_messages_take_no_cursor(capsys: pytest.CaptureFixture[str]) -> None:
+    """A history's rows are read by position (``--offset``), which appends never move."""
+    with pytest.raises(SystemExit) as usage:
+        main(["sessions", "messages", "s1", "--cursor", "abc", *URL])
+    assert usage.value.code == 2 and "--cursor" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", LISTS, ids=" ".join)
+def test_a_cursor_is_sent_instead_of_the_offset(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sent: list[dict[str, Any]] = []
+
+    def answer(method: str, url: str, **kw: Any) -> httpx.Response:
+        sent.append(dict(kw["params"]))
+        body = {"object": "list", "data": [], "has_more": False, "next_cursor": None}
+        return httpx.Response(200, json=body, request=httpx.Request(method, url))
+
+    monkeypatch.setattr(cli_api.httpx, "request", answer)
+    assert main([*command, "--cursor", "eyJhIjoxfQ", "--limit", "5", *URL]) == 0
+    assert main([*command, "--offset", "4", *URL]) == 0
+    assert main([*command, "--cursor", "", *URL]) == 0  # "$NEXT" unset: the first page
+    starts = [{k: p.get(k) for k in ("limit", "offset", "cursor")} for p in sent]
+    assert starts == [
+        {"limit": 5, "offset": None, "cursor": "eyJhIjoxfQ"},
+        {"limit": 100, "offset": 4, "cursor": None},
+        {"limit": 100, "offset": 0, "cursor": None},
+    ]
+    out = capsys.readouterr().out
+    assert "past that --cursor" in out.splitlines()[0] or command[1] == "suggestions", out
+
+
+def test_the_note_names_the_next_cursor_where_the_list_gives_one() -> None:
+    rows = [{"id": "a"}, {"id": "b"}]
+    note = next_page(2, 0)
+    assert note({"data": rows, "has_more": True, "next_cursor": "WyJ4Il0"}) == (
+        "(more follow: --cursor WyJ4Il0)"
+    )
+    # a history (no next_cursor) still names the offset past the page
+    assert next_page(2, 6)({"data": rows, "has_more": True}) == "(more follow: --offset 8)"
+    assert note({"data": rows, "has_more": False, "next_cursor": None}) is None
+    # text no shell takes as one word is quoted, and no control character reaches stderr
+    said = note({"data": rows, "has_more": True, "next_cursor": "a b\x1b[31m"})
+    assert said == "(more follow: --cursor 'a b\\x1b[31m')"
