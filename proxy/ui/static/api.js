@@ -74,9 +74,12 @@ export async function everything(path, page, from = 0) {
 }
 
 export const api = {
-  // `n` sessions from the `from`th on, latest activity first; with `q`, only those whose id,
-  // agent or model holds it (the proxy filters before it cuts the page)
-  sessions: (q, from, n) => call("GET", `/v1/sessions?limit=${n}&offset=${from}` +
+  // `n` sessions, latest activity first, from the start or after `cursor` (a page's
+  // next_cursor: the place after its last row, which sessions made or gone between the two
+  // reads do not move, as they move an offset); with `q`, only those whose id, agent or
+  // model holds it (the proxy filters before it cuts the page)
+  sessions: (q, cursor, n) => call("GET", `/v1/sessions?limit=${n}` +
+    (cursor ? `&cursor=${encodeURIComponent(cursor)}` : "") +
     (q ? `&q=${encodeURIComponent(q)}` : "")),
   models: () => call("GET", "/v1/models"),
   session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
@@ -96,14 +99,18 @@ export const api = {
   compact: (id) => call("POST", `/v1/sessions/${encodeURIComponent(id)}/compact`),
   remove: (id) => call("DELETE", `/v1/sessions/${encodeURIComponent(id)}`),
   // Every suggestion of the session nobody has answered, page after page (the proxy keeps
-  // the session's alone, so other sessions' are never read).
+  // the session's alone, so other sessions' are never read), each page from the last one's
+  // next_cursor: one answered meanwhile (in another tab, from the CLI) would move an offset
+  // past a suggestion never read.
   pendingMemory: async (id) => {
     const data = [];
-    for (let offset = 0; ; offset += 1000) {
+    for (let cursor = ""; ;) {
       const page = await call("GET", "/v1/memory/suggestions?session_id=" +
-        `${encodeURIComponent(id)}&limit=1000&offset=${offset}`);
+        `${encodeURIComponent(id)}&limit=1000` +
+        (cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""));
       data.push(...(page.data || []));
-      if (!page.has_more) return { data };
+      cursor = page.next_cursor;
+      if (!page.has_more || !cursor || !(page.data || []).length) return { data };
     }
   },
   acceptMemory: (sid) =>

@@ -81,13 +81,14 @@ function occupancyBar(s, limit) {
 // and its "show more" button (data-testid sessions-more) the next LIST_ROWS; the filter asks
 // the proxy for the sessions it matches (`?q=`), a page at a time too: a proxy with
 // thousands of sessions sends one page per visit to the list, not every session, and the
-// filter still finds any. `sessions` are the rows read for `listQuery`, `listOffset` the rows
-// the proxy gave (a session used between two pages moves to the front and comes again: it is
-// shown once), `listMore` whether more follow.
+// filter still finds any. `sessions` are the rows read for `listQuery`, `listCursor` the place
+// after the last of them (the page's next_cursor: a session made or used between two pages
+// goes to the front, before it, so the next page neither repeats a row nor skips one, as an
+// offset pushed down by it did), `listMore` whether more follow.
 const LIST_ROWS = 500;
 const FILTER_MS = 250; // typing pauses this long before the proxy is asked
 let listQuery = "";
-let listOffset = 0;
+let listCursor = null; // the next page's place: the last page's next_cursor
 let listMore = false;
 let filterTimer = null;
 
@@ -134,18 +135,18 @@ async function readList(more) {
   if (!more) clearTimeout(filterTimer); // a filter typed meanwhile is read after a next page
   const asked = ++listing;
   const q = more ? listQuery : $("filter").value.trim();
-  const from = more ? listOffset : 0;
+  const after = more ? listCursor : null;
   $("sessions-more").disabled = true;
   try {
-    const page = await api.sessions(q, from, LIST_ROWS);
+    const page = await api.sessions(q, after, LIST_ROWS);
     if (asked !== listing) return;
     const kept = more ? sessions : [];
     const seen = new Set(kept.map((s) => s.id));
     const added = page.data.filter((s) => !seen.has(s.id));
     sessions = kept.concat(added);
     listQuery = q;
-    listOffset = from + page.data.length;
-    listMore = page.has_more && page.data.length > 0;
+    listCursor = page.next_cursor || null;
+    listMore = page.has_more && page.data.length > 0 && listCursor !== null;
     renderList(added, more);
   } catch (err) {
     if (asked !== listing) return;

@@ -76,4 +76,28 @@ def test_the_prompt_reads_its_sessions_suggestions_alone(
     inject(db_dsn, "remember", "memory.suggestion", {"suggestion_id": "mine", "facts": ["Yes"]})
     page.get_by_test_id("memory-prompt").filter(has_text="Yes").wait_for()
     asked = [u for u in console.urls if "/v1/memory/suggestions" in u]
-    assert asked and all("session_id=remember&" in u and "offset=0" in u for u in asked)
+    assert asked and all("session_id=remember&" in u for u in asked)
+
+
+def test_the_prompt_reads_every_page_from_the_last_ones_next_cursor(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The session's suggestions a page at a time (one a page here, the ``limit`` rewritten
+    on its way), each page from the last one's ``next_cursor``: an offset moved by one
+    answered between two pages (another tab, the CLI) skipped the one after it."""
+    with api(console_proxy) as h:
+        h.post(
+            "/s/remember/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    console.page.route(
+        "**/v1/memory/suggestions?*",
+        lambda route: route.continue_(url=route.request.url.replace("limit=1000", "limit=1")),
+    )
+    page = sign_in(console, "#/s/remember")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    for n in (1, 2, 3):
+        inject(db_dsn, "remember", "memory.suggestion", {"suggestion_id": f"s{n}", "facts": ["F"]})
+    page.get_by_test_id("memory-prompt").filter(has_text="(1 of 3 waiting)").wait_for()
+    asked = [u for u in console.urls if "/v1/memory/suggestions" in u]
+    assert any("cursor=" in u for u in asked) and not any("offset=" in u for u in asked)
