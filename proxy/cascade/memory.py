@@ -5,7 +5,8 @@ fact is text the proxy vouches for. Whether it comes from a person (the memory A
 or from the fast model (memory promotion), it goes through the same checks, in this order,
 and a rejection carries a reason a person can act on:
 
-1. control characters are stripped (newlines and tabs become spaces; runs of whitespace
+1. the characters no reader sees are stripped (format characters, controls, lone
+   surrogates; a line break, a tab or any other whitespace becomes a space and runs of it
    collapse), so a fact is one line of plain text, stored in composed form (NFC);
 2. an empty fact, or one longer than :data:`MAX_FACT_CHARS`, is rejected;
 3. a fact holding a secret (any redaction pattern matches) is rejected, never stored
@@ -23,7 +24,8 @@ to those (:data:`LOOKALIKES`): ``іgnore`` with a Cyrillic ``і`` reads as "igno
 
 The zero-width joiner and non-joiner (U+200D, U+200C) are the one kind of format character
 kept: Persian, the Indic scripts and emoji sequences need them to spell a word. The checks
-read the fact without them, so one inside a word hides nothing.
+read the fact without them, so one inside a word hides nothing. One rule (:func:`_visible`)
+drops what no reader sees for the stored fact, the checks and the extraction alike.
 
 The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
 injections are made of ("ignore previous instructions", "you must", "system prompt", a
@@ -39,6 +41,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from proxy.cascade.briefing import without_thinking
@@ -122,54 +125,51 @@ class FactVerdict:
 
 
 def _clean(text: str) -> str:
-    chars = (" " if ch in "\n\r\t" else ch for ch in text)
-    kept = "".join(
-        ch for ch in chars if ch in _JOINERS or unicodedata.category(ch) not in ("Cc", "Cf", "Cs")
-    )
-    return unicodedata.normalize("NFC", _SPACE.sub(" ", kept).strip())
-
-
-def _unjoined(fact: str) -> str:
-    return fact.replace("\u200c", "").replace("\u200d", "")
+    return unicodedata.normalize("NFC", _SPACE.sub(" ", _visible(text, joiners=True)).strip())
 
 
 def _compat(fact: str) -> str:
-    """``fact`` as a reader sees it: compatibility forms (fullwidth letters, ligatures) as
-    their plain characters, without joiners, whitespace collapsed again (NFKC makes spaces
-    of some)."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _unjoined(fact))).strip()
+    """``fact`` as a reader sees it: without joiners, in compatibility form (fullwidth
+    letters plain), whitespace collapsed again (NFKC makes spaces of some)."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _visible(fact))).strip()
 
 
 def read_form(text: str) -> str:
-    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: without format
-    characters (zero-width spaces, joiners, soft hyphens) and with compatibility forms
-    (fullwidth letters, ligatures) as their plain characters. The extraction redacts a span's
-    messages in this form too, so it is never shown a secret the fact check would see
-    through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
-    if text.isascii():
-        return text
-    return unicodedata.normalize("NFKC", _format_chars().sub("", text))
+    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: :func:`_visible`, and
+    compatibility forms (fullwidth letters, ligatures) as their plain characters. The
+    extraction redacts a span's messages in this form too, so it is never shown a secret the
+    fact check would see through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
+    return unicodedata.normalize("NFKC", _visible(text))
+
+
+def _visible(text: str, *, joiners: bool = False) -> str:
+    """``text`` without the characters no reader sees, the rule of every caller: format
+    characters (``Cf``: zero-width spaces, soft hyphens, bidi controls, tags), controls that
+    are not whitespace (``Cc``; a stored fact collapses a line break, ``read_form`` keeps it)
+    and lone surrogates (``Cs``, which no store encodes); with ``joiners``, the joiners stay."""
+    if text.isascii():  # only controls can hide there, which a table drops faster
+        return text.translate(_ASCII_INVISIBLE)
+    return _invisible(joiners).sub("", text)
 
 
 @functools.cache
-def _format_chars() -> re.Pattern[str]:
-    """Every format character (category ``Cf``; Unicode places them in the first two planes
-    and the tags plane) as a class of ranges, which ``re`` scans a long text for many times
-    faster than a test of each character's category."""
-    found = [c for c in (*range(0x20000), *range(0xE0000, 0xE1000)) if _is_format(c)]
-    ranges = [[found[0], found[0]]]
-    for c in found[1:]:
-        if c == ranges[-1][1] + 1:
-            ranges[-1][1] = c
-        else:
-            ranges.append([c, c])
-    return re.compile(
-        "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]+"
-    )
+def _invisible(joiners: bool) -> re.Pattern[str]:
+    """What :func:`_visible` drops as a class of ranges, which ``re`` scans a long text for
+    many times faster than a test of each character's category (Unicode places them all in
+    the first two planes and the tags plane)."""
+    kept = _JOINERS if joiners else ""
+    planes = (*range(0x20000), *range(0xE0000, 0xE1000))
+    found = (c for c in planes if _is_invisible(chr(c)) and chr(c) not in kept)
+    runs = ([c for _, c in run] for _, run in groupby(enumerate(found), lambda p: p[1] - p[0]))
+    return re.compile("[" + "".join(f"\\U{r[0]:08x}-\\U{r[-1]:08x}" for r in runs) + "]+")
 
 
-def _is_format(code: int) -> bool:
-    return unicodedata.category(chr(code)) == "Cf"
+def _is_invisible(ch: str) -> bool:
+    category = unicodedata.category(ch)
+    return category in ("Cf", "Cs") or (category == "Cc" and not ch.isspace())
+
+
+_ASCII_INVISIBLE = dict.fromkeys(c for c in range(0x80) if _is_invisible(chr(c)))
 
 
 def fact_key(text: str) -> str:
@@ -203,7 +203,7 @@ def _verdict(
             f"the fact is {len(fact)} characters long; the limit is "
             f"{max_chars}: state it in a sentence",
         )
-    forms = (_unjoined(fact), _compat(fact))
+    forms = (_visible(fact), _compat(fact))
     if _REDACTED_MARK in forms[1].casefold():
         return FactVerdict(
             None,

@@ -25,6 +25,14 @@ def test_control_characters_are_stripped_and_whitespace_collapses() -> None:
     assert verdict.text == "The build uses uv [31mfor deps"
 
 
+def test_whitespace_controls_are_spaces_and_the_other_invisible_characters_go() -> None:
+    """A vertical tab, a form feed, the separators and NEL break a line as ``\\n`` does,
+    so they part two words as a space; other controls, format characters and lone
+    surrogates are dropped."""
+    text = "Port\x0b8443\x0cis\x1cthe\x85one\x00,\ud800 se\u00adcure\U000e0041"
+    assert sanitize_fact(text).text == "Port 8443 is the one, secure"
+
+
 def test_an_empty_fact_is_refused() -> None:
     verdict = sanitize_fact(" \x00\n ")
     assert not verdict.ok and verdict.reason and "empty" in verdict.reason
@@ -43,6 +51,8 @@ def test_a_fact_over_the_cap_is_refused_with_the_numbers() -> None:
         "The deploy key is sk-proj-abcdefghijklmnopqrstuvwxyz012345",
         "aws key AKIAABCDEFGHIJKLMNOP",
         "db password = hunter2hunter2",
+        "db pass\u200dword = hunter2hunter2",
+        "db pass\x00word = hunter2\u200bhunter2",
         "The app database is postgresql://app:Hunter2pass@db.internal:5432/app",
         "Pull the weights with the token hf_aBcDeFgHiJaBcDeFgHiJaBcDeFgHiJkLmN",
     ],
