@@ -195,8 +195,8 @@ def _verdict(
 ) -> FactVerdict:
     """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
-    if not fact:
-        return FactVerdict(None, "the fact is empty once control characters are removed")
+    if not fact.strip(_JOINERS + " "):  # joiners alone spell nothing
+        return FactVerdict(None, "the fact is empty once invisible characters are removed")
     if len(fact) > max_chars:
         return FactVerdict(
             None,

@@ -33,8 +33,11 @@ def test_whitespace_controls_are_spaces_and_the_other_invisible_characters_go() 
     assert sanitize_fact(text).text == "Port 8443 is the one, secure"
 
 
-def test_an_empty_fact_is_refused() -> None:
-    verdict = sanitize_fact(" \x00\n ")
+@pytest.mark.parametrize("text", [" \x00\n ", "\u200d", " \u200c\u200b \u200d "])
+def test_an_empty_fact_is_refused(text: str) -> None:
+    """Joiners alone spell nothing: a stored fact keeps them only for the letters around them,
+    so a fact of joiners is as empty as one of spaces, not an invisible line in every prompt."""
+    verdict = sanitize_fact(text)
     assert not verdict.ok and verdict.reason and "empty" in verdict.reason
 
 
