@@ -22,10 +22,9 @@ pattern written with those, and two spellings of one fact are one fact. The inst
 check also reads the fact with Cyrillic and Greek letters that look like Latin ones folded
 to those (:data:`LOOKALIKES`): ``іgnore`` with a Cyrillic ``і`` reads as "ignore".
 
-The zero-width joiner and non-joiner (U+200D, U+200C) are the one kind of format character
-kept: Persian, the Indic scripts and emoji sequences need them to spell a word. The checks
-read the fact without them, so one inside a word hides nothing. One rule (:func:`_visible`)
-drops what no reader sees for the stored fact, the checks and the extraction alike.
+A stored fact keeps the zero-width joiner and non-joiner (Persian, the Indic scripts and
+emoji sequences spell with them) and variation selectors; the checks read it without them,
+as without all else no reader sees (:func:`_visible`, the one rule of every caller).
 
 The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
 injections are made of ("ignore previous instructions", "you must", "system prompt", a
@@ -125,13 +124,14 @@ class FactVerdict:
 
 
 def _clean(text: str) -> str:
-    return unicodedata.normalize("NFC", _SPACE.sub(" ", _visible(text, joiners=True)).strip())
+    kept = _visible(text, joiners=True, marks=True)
+    return unicodedata.normalize("NFC", _SPACE.sub(" ", kept).strip())
 
 
-def _compat(fact: str) -> str:
-    """``fact`` as a reader sees it: without joiners, in compatibility form (fullwidth
-    letters plain), whitespace collapsed again (NFKC makes spaces of some)."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _visible(fact))).strip()
+def _compat(fact: str, *, marks: bool = False) -> str:
+    """``fact`` as a reader sees it: :func:`_visible` (``marks`` kept for a key), NFKC
+    (fullwidth letters plain), whitespace collapsed again (NFKC makes spaces of some)."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _visible(fact, marks=marks))).strip()
 
 
 def read_form(text: str) -> str:
@@ -142,31 +142,42 @@ def read_form(text: str) -> str:
     return unicodedata.normalize("NFKC", _visible(text))
 
 
-def _visible(text: str, *, joiners: bool = False) -> str:
-    """``text`` without the characters no reader sees, the rule of every caller: format
-    characters (``Cf``: zero-width spaces, soft hyphens, bidi controls, tags), controls that
-    are not whitespace (``Cc``; a stored fact collapses a line break, ``read_form`` keeps it)
-    and lone surrogates (``Cs``, which no store encodes); with ``joiners``, the joiners stay."""
+def _visible(text: str, *, joiners: bool = False, marks: bool = False) -> str:
+    """``text`` without what no reader sees, the rule of every caller: format characters
+    (``Cf``: zero-width spaces, soft hyphens, bidi controls, tags), :data:`_MARKS`, controls
+    but whitespace (``Cc``) and lone surrogates (``Cs``, which no store encodes). A stored
+    fact keeps the ``joiners`` and ``marks``, its key the ``marks``; the checks neither."""
     if text.isascii():  # only controls can hide there, which a table drops faster
         return text.translate(_ASCII_INVISIBLE)
-    return _invisible(joiners).sub("", text)
+    return _invisible(joiners, marks).sub("", text)
+
+
+_MARKS = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2065\u3164\ufe00-\ufe0f\uffa0"
+    "\ufff0-\ufff8\U000e0000\U000e0002-\U000e001f\U000e0080-\U000e0fff]"
+)
+"""Unicode's ``Default_Ignorable_Code_Point`` less ``Cf``: variation selectors, the grapheme
+joiner, Hangul fillers. The checks read through them (``pass\\ufe0fword``); a stored fact and
+its key keep them (an emoji's or ideograph's form), as stored keys were made with them."""
 
 
 @functools.cache
-def _invisible(joiners: bool) -> re.Pattern[str]:
-    """What :func:`_visible` drops as a class of ranges, which ``re`` scans a long text for
-    many times faster than a test of each character's category (Unicode places them all in
-    the first two planes and the tags plane)."""
-    kept = _JOINERS if joiners else ""
+def _invisible(joiners: bool, marks: bool) -> re.Pattern[str]:
+    """What :func:`_visible` drops as a class of ranges (all in planes 0, 1 and 14), which
+    ``re`` scans a long text for many times faster than a test of each one's category."""
     planes = (*range(0x20000), *range(0xE0000, 0xE1000))
-    found = (c for c in planes if _is_invisible(chr(c)) and chr(c) not in kept)
+    found = (c for c in planes if _is_invisible(chr(c), joiners=joiners, marks=marks))
     runs = ([c for _, c in run] for _, run in groupby(enumerate(found), lambda p: p[1] - p[0]))
     return re.compile("[" + "".join(f"\\U{r[0]:08x}-\\U{r[-1]:08x}" for r in runs) + "]+")
 
 
-def _is_invisible(ch: str) -> bool:
+def _is_invisible(ch: str, *, joiners: bool = False, marks: bool = False) -> bool:
+    if _MARKS.match(ch):
+        return not marks
     category = unicodedata.category(ch)
-    return category in ("Cf", "Cs") or (category == "Cc" and not ch.isspace())
+    if category == "Cf":
+        return not (joiners and ch in _JOINERS)
+    return category == "Cs" or (category == "Cc" and not ch.isspace())
 
 
 _ASCII_INVISIBLE = dict.fromkeys(c for c in range(0x80) if _is_invisible(chr(c)))
@@ -175,7 +186,7 @@ _ASCII_INVISIBLE = dict.fromkeys(c for c in range(0x80) if _is_invisible(chr(c))
 def fact_key(text: str) -> str:
     """The form two facts are compared in: cleaned, in compatibility form, case-folded,
     whitespace collapsed."""
-    return _compat(_clean(text)).casefold()
+    return _compat(_clean(text), marks=True).casefold()
 
 
 def sanitize_fact(
@@ -195,7 +206,7 @@ def _verdict(
 ) -> FactVerdict:
     """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
-    if not fact.strip(_JOINERS + " "):  # joiners alone spell nothing
+    if not _visible(fact).strip():  # joiners and marks alone spell nothing
         return FactVerdict(None, "the fact is empty once invisible characters are removed")
     if len(fact) > max_chars:
         return FactVerdict(
@@ -225,7 +236,7 @@ def _verdict(
                 f"the fact reads as an instruction to the model "
                 f"({hit.group(0)!r}); state it as a fact instead",
             )
-    if forms[1].casefold() in keys:
+    if _compat(fact, marks=True).casefold() in keys:
         return FactVerdict(None, "the same fact is already stored in this scope")
     return FactVerdict(fact)
 

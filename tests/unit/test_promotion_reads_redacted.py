@@ -152,7 +152,9 @@ async def test_a_secret_in_a_form_the_fact_check_reads_through_is_never_shown(
     assert text.endswith("we deploy with make release")
 
 
-@pytest.mark.parametrize("hidden", ["\x00", "\x1b", "\x7f", "\u200d", "\u00ad"])
+@pytest.mark.parametrize(
+    "hidden", ["\x00", "\x1b", "\x7f", "\u200d", "\u00ad", "\u034f", "\ufe0f", "\u3164"]
+)
 async def test_a_secret_split_by_a_character_no_reader_sees_is_never_shown(hidden: str) -> None:
     """``sanitize_fact`` reads a fact without control characters as without format ones, so
     it refuses ``pass\\x00word: "…"``; the extraction's form kept the controls, so the fast

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 import unicodedata
 
+import pytest
+
 from proxy.cascade.memory import fact_key, read_form
 
 INVISIBLE = [
@@ -41,3 +43,14 @@ def test_the_extraction_reads_a_text_as_the_fact_check_does() -> None:
         "x".join(INVISIBLE) + "\u200c\u200d",
     ):
         assert " ".join(read_form(text).split()).casefold() == fact_key(text), repr(text)
+
+
+def test_every_default_ignorable_character_is_dropped() -> None:
+    """Unicode's ``Default_Ignorable_Code_Point`` is what a renderer shows nothing for: a
+    variation selector, the grapheme joiner or a Hangul filler inside ``password`` hides it
+    from no reader, so from no check either (a stored fact keeps the ones that pick a
+    character's form, ``sanitize_fact``'s tests say)."""
+    regex = pytest.importorskip("regex")  # tiktoken's dependency: Unicode's properties
+    every = "".join(chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF)
+    ignorable = regex.findall(r"\p{Default_Ignorable_Code_Point}", every)
+    assert read_form("pass" + "".join(ignorable) + "word") == "password"
