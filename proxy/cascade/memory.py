@@ -24,7 +24,7 @@ to those (:data:`LOOKALIKES`): ``іgnore`` with a Cyrillic ``і`` reads as "igno
 
 A stored fact keeps the zero-width joiner and non-joiner (Persian, the Indic scripts and
 emoji sequences spell with them) and variation selectors; the checks read it without them,
-as without all else no reader sees (:func:`_visible`, the one rule of every caller).
+as without all else no reader sees (``cascade.invisible``, the one rule of every caller).
 
 The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
 injections are made of ("ignore previous instructions", "you must", "system prompt", a
@@ -34,16 +34,15 @@ A fact it wrongly refuses can be rephrased as a statement.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import unicodedata
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 from proxy.cascade.briefing import without_thinking
+from proxy.cascade.invisible import visible
 from proxy.cascade.redaction import REDACTED, redact
 from proxy.cascade.text import content_text
 
@@ -98,8 +97,6 @@ _REDACTED_MARK = REDACTED.casefold()
 """The mark a redacted secret leaves (in any case): the fast model reads a folded span
 redacted, and may quote the mark in a fact."""
 
-_JOINERS = "\u200c\u200d"
-
 LOOKALIKES = str.maketrans(
     "\u0430\u0432\u0435\u0455\u0456\u0458\u043e\u0440\u0441\u0443\u0445\u04bb\u04cf\u0501\u051b\u051d"
     "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0405\u0406\u0408"
@@ -124,63 +121,22 @@ class FactVerdict:
 
 
 def _clean(text: str) -> str:
-    kept = _visible(text, joiners=True, marks=True)
+    kept = visible(text, joiners=True, marks=True)
     return unicodedata.normalize("NFC", _SPACE.sub(" ", kept).strip())
 
 
 def _compat(fact: str, *, marks: bool = False) -> str:
-    """``fact`` as a reader sees it: :func:`_visible` (``marks`` kept for a key), NFKC
+    """``fact`` as a reader sees it: :func:`visible` (``marks`` kept for a key), NFKC
     (fullwidth letters plain), whitespace collapsed again (NFKC makes spaces of some)."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _visible(fact, marks=marks))).strip()
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", visible(fact, marks=marks))).strip()
 
 
 def read_form(text: str) -> str:
-    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: :func:`_visible`, and
+    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: :func:`visible`, and
     compatibility forms (fullwidth letters, ligatures) as their plain characters. The
     extraction redacts a span's messages in this form too, so it is never shown a secret the
     fact check would see through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
-    return unicodedata.normalize("NFKC", _visible(text))
-
-
-def _visible(text: str, *, joiners: bool = False, marks: bool = False) -> str:
-    """``text`` without what no reader sees, the rule of every caller: format characters
-    (``Cf``: zero-width spaces, soft hyphens, bidi controls, tags), :data:`_MARKS`, controls
-    but whitespace (``Cc``) and lone surrogates (``Cs``, which no store encodes). A stored
-    fact keeps the ``joiners`` and ``marks``, its key the ``marks``; the checks neither."""
-    if text.isascii():  # only controls can hide there, which a table drops faster
-        return text.translate(_ASCII_INVISIBLE)
-    return _invisible(joiners, marks).sub("", text)
-
-
-_MARKS = re.compile(
-    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2065\u3164\ufe00-\ufe0f\uffa0"
-    "\ufff0-\ufff8\U000e0000\U000e0002-\U000e001f\U000e0080-\U000e0fff]"
-)
-"""Unicode's ``Default_Ignorable_Code_Point`` less ``Cf``: variation selectors, the grapheme
-joiner, Hangul fillers. The checks read through them (``pass\\ufe0fword``); a stored fact and
-its key keep them (an emoji's or ideograph's form), as stored keys were made with them."""
-
-
-@functools.cache
-def _invisible(joiners: bool, marks: bool) -> re.Pattern[str]:
-    """What :func:`_visible` drops as a class of ranges (all in planes 0, 1 and 14), which
-    ``re`` scans a long text for many times faster than a test of each one's category."""
-    planes = (*range(0x20000), *range(0xE0000, 0xE1000))
-    found = (c for c in planes if _is_invisible(chr(c), joiners=joiners, marks=marks))
-    runs = ([c for _, c in run] for _, run in groupby(enumerate(found), lambda p: p[1] - p[0]))
-    return re.compile("[" + "".join(f"\\U{r[0]:08x}-\\U{r[-1]:08x}" for r in runs) + "]+")
-
-
-def _is_invisible(ch: str, *, joiners: bool = False, marks: bool = False) -> bool:
-    if _MARKS.match(ch):
-        return not marks
-    category = unicodedata.category(ch)
-    if category == "Cf":
-        return not (joiners and ch in _JOINERS)
-    return category == "Cs" or (category == "Cc" and not ch.isspace())
-
-
-_ASCII_INVISIBLE = dict.fromkeys(c for c in range(0x80) if _is_invisible(chr(c)))
+    return unicodedata.normalize("NFKC", visible(text))
 
 
 def fact_key(text: str) -> str:
@@ -206,7 +162,7 @@ def _verdict(
 ) -> FactVerdict:
     """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
-    if not _visible(fact).strip():  # joiners and marks alone spell nothing
+    if not visible(fact).strip():  # joiners and marks alone spell nothing
         return FactVerdict(None, "the fact is empty once invisible characters are removed")
     if len(fact) > max_chars:
         return FactVerdict(
@@ -214,7 +170,7 @@ def _verdict(
             f"the fact is {len(fact)} characters long; the limit is "
             f"{max_chars}: state it in a sentence",
         )
-    forms = (_visible(fact), _compat(fact))
+    forms = (visible(fact), _compat(fact))
     if _REDACTED_MARK in forms[1].casefold():
         return FactVerdict(
             None,
