@@ -141,7 +141,7 @@ def read_form(text: str) -> str:
 
 def fact_key(text: str) -> str:
     """The form two facts are compared in: cleaned, in compatibility form, without joiners
-    (the other :data:`~proxy.cascade.invisible.MARKS` kept: stored keys were made with them),
+    (:data:`~proxy.cascade.invisible.MARKS` kept: the stored keys were made with them),
     case-folded, whitespace collapsed."""
     return _compat(_clean(text), marks=True).casefold()
 
