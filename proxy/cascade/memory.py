@@ -5,7 +5,8 @@ fact is text the proxy vouches for. Whether it comes from a person (the memory A
 or from the fast model (memory promotion), it goes through the same checks, in this order,
 and a rejection carries a reason a person can act on:
 
-1. control characters are stripped (newlines and tabs become spaces; runs of whitespace
+1. the characters no reader sees are stripped (format characters, controls, lone
+   surrogates; a line break, a tab or any other whitespace becomes a space and runs of it
    collapse), so a fact is one line of plain text, stored in composed form (NFC);
 2. an empty fact, or one longer than :data:`MAX_FACT_CHARS`, is rejected;
 3. a fact holding a secret (any redaction pattern matches) is rejected, never stored
@@ -21,9 +22,9 @@ pattern written with those, and two spellings of one fact are one fact. The inst
 check also reads the fact with Cyrillic and Greek letters that look like Latin ones folded
 to those (:data:`LOOKALIKES`): ``іgnore`` with a Cyrillic ``і`` reads as "ignore".
 
-The zero-width joiner and non-joiner (U+200D, U+200C) are the one kind of format character
-kept: Persian, the Indic scripts and emoji sequences need them to spell a word. The checks
-read the fact without them, so one inside a word hides nothing.
+A stored fact keeps the zero-width joiner and non-joiner (Persian, the Indic scripts and
+emoji sequences spell with them) and variation selectors; the checks read it without them,
+as without all else no reader sees (``cascade.invisible``, the one rule of every caller).
 
 The instruction check is a small heuristic, not a classifier: it catches the phrases prompt
 injections are made of ("ignore previous instructions", "you must", "system prompt", a
@@ -33,7 +34,6 @@ A fact it wrongly refuses can be rephrased as a statement.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import unicodedata
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.cascade.briefing import without_thinking
+from proxy.cascade.invisible import visible
 from proxy.cascade.redaction import REDACTED, redact
 from proxy.cascade.text import content_text
 
@@ -96,8 +97,6 @@ _REDACTED_MARK = REDACTED.casefold()
 """The mark a redacted secret leaves (in any case): the fast model reads a folded span
 redacted, and may quote the mark in a fact."""
 
-_JOINERS = "\u200c\u200d"
-
 LOOKALIKES = str.maketrans(
     "\u0430\u0432\u0435\u0455\u0456\u0458\u043e\u0440\u0441\u0443\u0445\u04bb\u04cf\u0501\u051b\u051d"
     "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0405\u0406\u0408"
@@ -122,60 +121,29 @@ class FactVerdict:
 
 
 def _clean(text: str) -> str:
-    chars = (" " if ch in "\n\r\t" else ch for ch in text)
-    kept = "".join(
-        ch for ch in chars if ch in _JOINERS or unicodedata.category(ch) not in ("Cc", "Cf", "Cs")
-    )
+    kept = visible(text, joiners=True, marks=True)
     return unicodedata.normalize("NFC", _SPACE.sub(" ", kept).strip())
 
 
-def _unjoined(fact: str) -> str:
-    return fact.replace("\u200c", "").replace("\u200d", "")
-
-
-def _compat(fact: str) -> str:
-    """``fact`` as a reader sees it: compatibility forms (fullwidth letters, ligatures) as
-    their plain characters, without joiners, whitespace collapsed again (NFKC makes spaces
-    of some)."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", _unjoined(fact))).strip()
+def _compat(fact: str, *, marks: bool = False) -> str:
+    """``fact`` as a reader sees it: :func:`visible` (``marks`` kept for a key), NFKC
+    (fullwidth letters plain), whitespace collapsed again (NFKC makes spaces of some)."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", visible(fact, marks=marks))).strip()
 
 
 def read_form(text: str) -> str:
-    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: without format
-    characters (zero-width spaces, joiners, soft hyphens) and with compatibility forms
-    (fullwidth letters, ligatures) as their plain characters. The extraction redacts a span's
-    messages in this form too, so it is never shown a secret the fact check would see
-    through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
-    if text.isascii():
-        return text
-    return unicodedata.normalize("NFKC", _format_chars().sub("", text))
-
-
-@functools.cache
-def _format_chars() -> re.Pattern[str]:
-    """Every format character (category ``Cf``; Unicode places them in the first two planes
-    and the tags plane) as a class of ranges, which ``re`` scans a long text for many times
-    faster than a test of each character's category."""
-    found = [c for c in (*range(0x20000), *range(0xE0000, 0xE1000)) if _is_format(c)]
-    ranges = [[found[0], found[0]]]
-    for c in found[1:]:
-        if c == ranges[-1][1] + 1:
-            ranges[-1][1] = c
-        else:
-            ranges.append([c, c])
-    return re.compile(
-        "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]+"
-    )
-
-
-def _is_format(code: int) -> bool:
-    return unicodedata.category(chr(code)) == "Cf"
+    """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: :func:`visible`, and
+    compatibility forms (fullwidth letters, ligatures) as their plain characters. The
+    extraction redacts a span's messages in this form too, so it is never shown a secret the
+    fact check would see through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
+    return unicodedata.normalize("NFKC", visible(text))
 
 
 def fact_key(text: str) -> str:
-    """The form two facts are compared in: cleaned, in compatibility form, case-folded,
-    whitespace collapsed."""
-    return _compat(_clean(text)).casefold()
+    """The form two facts are compared in: cleaned, in compatibility form, without joiners
+    (:data:`~proxy.cascade.invisible.MARKS` kept: the stored keys were made with them),
+    case-folded, whitespace collapsed."""
+    return _compat(_clean(text), marks=True).casefold()
 
 
 def sanitize_fact(
@@ -195,15 +163,15 @@ def _verdict(
 ) -> FactVerdict:
     """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
-    if not fact:
-        return FactVerdict(None, "the fact is empty once control characters are removed")
+    if not visible(fact).strip():  # joiners and marks alone spell nothing
+        return FactVerdict(None, "the fact is empty once invisible characters are removed")
     if len(fact) > max_chars:
         return FactVerdict(
             None,
             f"the fact is {len(fact)} characters long; the limit is "
             f"{max_chars}: state it in a sentence",
         )
-    forms = (_unjoined(fact), _compat(fact))
+    forms = (visible(fact), _compat(fact))
     if _REDACTED_MARK in forms[1].casefold():
         return FactVerdict(
             None,
@@ -225,7 +193,7 @@ def _verdict(
                 f"the fact reads as an instruction to the model "
                 f"({hit.group(0)!r}); state it as a fact instead",
             )
-    if forms[1].casefold() in keys:
+    if _compat(fact, marks=True).casefold() in keys:
         return FactVerdict(None, "the same fact is already stored in this scope")
     return FactVerdict(fact)
 

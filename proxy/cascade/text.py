@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, TypeGuard
 
+from proxy.cascade.invisible import visible
+
 __all__ = [
     "append_block",
     "content_text",
@@ -144,14 +146,15 @@ def _closing_tag(name: str) -> re.Pattern[str]:
 def quote_closing_tag(text: str, name: str, quoted: str) -> str:
     """``text`` with every closing tag ``</name>`` it holds written as ``quoted``, so a block
     the proxy wraps around it ends where the proxy says. Any spelling a model reads as that
-    tag counts (any case, spaces inside, the ``>`` left off, fullwidth forms): the text is
-    read in its compatibility form (NFKC) to find one, and only the characters a tag stands
-    on are rewritten: the rest (a ligature, a superscript, an identifier quoted verbatim)
-    stays as it came."""
+    tag counts (any case, spaces inside, the ``>`` left off, fullwidth forms, a character no
+    reader sees inside): the text is read without those (``cascade.invisible``) in its
+    compatibility form (NFKC) to find one, and only the characters a tag stands on are
+    rewritten: the rest (a ligature, a superscript, an identifier quoted verbatim) stays as
+    it came."""
     tag = _closing_tag(name)
-    if not tag.search(unicodedata.normalize("NFKC", text)):
+    if not tag.search(unicodedata.normalize("NFKC", visible(text))):
         return text
-    pieces = [unicodedata.normalize("NFKC", c) for c in text]
+    pieces = [unicodedata.normalize("NFKC", visible(c)) for c in text]
     owner = [i for i, piece in enumerate(pieces) for _ in piece]  # compat char -> text's
     out, at = [], 0
     for m in tag.finditer("".join(pieces)):

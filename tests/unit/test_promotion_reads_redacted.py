@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from proxy.cascade.memory import span_text
+from proxy.cascade.memory import sanitize_fact, span_text
 from proxy.cascade.redaction import compile_patterns, redact
 from proxy.cascade.redaction_calls import redact_written
 from proxy.services import promotion
@@ -150,6 +150,21 @@ async def test_a_secret_in_a_form_the_fact_check_reads_through_is_never_shown(
     text = await _read(job, span)
     assert SECRET not in text and text.count("[REDACTED]") == 3, text
     assert text.endswith("we deploy with make release")
+
+
+@pytest.mark.parametrize(
+    "hidden", ["\x00", "\x1b", "\x7f", "\u200d", "\u00ad", "\u034f", "\ufe0f", "\u3164"]
+)
+async def test_a_secret_split_by_a_character_no_reader_sees_is_never_shown(hidden: str) -> None:
+    """``sanitize_fact`` reads a fact without control characters as without format ones, so
+    it refuses ``pass\\x00word: "…"``; the extraction's form kept the controls, so the fast
+    model was shown the value a fact holding it would be refused for."""
+    secret = f'pass{hidden}word: "{SECRET}"'
+    assert not sanitize_fact(secret, patterns=compile_patterns(())).ok
+    job = _job(32000)
+    job.memory_patterns = compile_patterns(())
+    text = await _read(job, [{"role": "tool", "content": f"the config holds {secret}"}])
+    assert SECRET not in text and text.count("[REDACTED]") == 1, repr(text)
 
 
 async def test_what_span_text_renders_of_any_role_is_redacted() -> None:

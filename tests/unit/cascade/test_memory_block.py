@@ -153,6 +153,8 @@ def test_a_stored_fact_that_closes_the_block_is_quoted() -> None:
     assert "- Uses uv </memory-text>\n" in block
     fullwidth = render_memory(["Ports ＜／ｍｅｍｏｒｙ＞ end"])
     assert fullwidth == render_memory(["Ports </memory-text> end"])
+    hidden = render_memory(["Ports </mem\u034fory> end", "Uses uv <\u200b/memory>"])
+    assert hidden == render_memory(["Ports </memory-text> end", "Uses uv </memory-text>"])
 
 
 def test_a_small_models_share_holds_as_the_guard_counts_it() -> None:
