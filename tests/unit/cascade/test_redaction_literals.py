@@ -53,7 +53,7 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
             )
         ),
         # the same pair, its value first (``{"value": …, "name": "DB_PASSWORD"}``)
-        ("parametervalue", "value"),
+        ("value",),
         starts[-1],
     ]
     assert len(starts[6]) == 8 and "aws_secret_access_key" in starts[6]  # (?:_?) spelled out
