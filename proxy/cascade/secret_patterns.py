@@ -97,7 +97,7 @@ _NL = r"(?:\r?\n|(?:\\r)?\\n)"
 _BLOCK_HEAD = r"[|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?=" + _NL + "|$)"
 # The block's lines: each as indented as its first (``blockindent``, kept, so the block stays
 # YAML), blank lines between them too; its line's end (bare or escaped) ends a line.
-_BLOCK_LINE = r"(?:[^\n\\]|\\[^nr]){1,20000}+"
+_BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
 _BLOCK = (
     _BLOCK_HEAD
     + r"(?:"
@@ -207,7 +207,7 @@ _NAME_AFTER = (
     + _AUTHORIZATION
     + "|"
     + _WORDS_KEY
-    + r")(?=\\?[\"']|[\s,;&}\]]|$)"
+    + r")(?=\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
 )
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.

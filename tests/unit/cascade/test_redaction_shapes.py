@@ -37,6 +37,7 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
             "s3cr3t folded\n    more",
         ),
         ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
+        ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
         # form bodies: the value to the next pair's ``&``, %-escapes and all
         ("password=hunter%212x&user=bob", "hunter%212x"),
         ("grant_type=password&username=bob&password=p%40ss%26w0rd&scope=x", "p%40ss%26w0rd"),
@@ -95,6 +96,8 @@ def test_these_shapes_in_a_calls_arguments_are_redacted_and_stay_json() -> None:
     assert n == 1 and read == {"file": json.dumps({"SecretString": REDACTED})}
     read, n = _arguments({"env": [{"value": "hunter2secret", "name": "DB_PASSWORD"}]})
     assert n == 1 and read == {"env": [{"value": REDACTED, "name": "DB_PASSWORD"}]}
+    read, n = _arguments({"content": "- value: hunter2secret\n  name: DB_PASSWORD\n"})
+    assert n == 1 and read == {"content": f"- value: {REDACTED}\n  name: DB_PASSWORD\n"}
 
 
 def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
