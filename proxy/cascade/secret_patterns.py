@@ -118,18 +118,21 @@ _BLOCK = (
     + _BLOCK_LINE
     + r"){0,2000})"
 )
-# A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``): all
+# A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
+# any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
 # of it, to its closing quote, however long (up to the service's limit), bare or in JSON
 # text. Its run stops at the first quote it does not escape, so runs read no text twice.
-_JSON_IN_STRING = (
-    r"\"(?=\{\\\")(?P<secret6>(?:[^\"\\\n]|\\[^\n]){1,65536}+)"
-    + r"|\\\"(?=\{\\\\\\\")(?P<secret7>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,65536}+)"
+_CHAR = r"(?:[^\"\\\n]|\\[^\n])"
+_CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
+_WHOLE_STRING = (
+    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _CHAR + r"{1,65536}+)"
+    r"|\\\"(?=\{\\\\\\\"|" + _CHAR_ESCAPED + r"{501})(?P<secret7>" + _CHAR_ESCAPED + r"{1,65536}+)"
 )
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])(?:"
     + _BLOCK
     + "|"
-    + _JSON_IN_STRING
+    + _WHOLE_STRING
     + "|"
     + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
     + _CLOSED

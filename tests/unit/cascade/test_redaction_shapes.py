@@ -48,6 +48,8 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
             json.dumps({"Name": "prod/db", "SecretString": _LONG_SECRET}),
             json.dumps(_LONG_SECRET)[1:-1],
         ),
+        # ... or any string past it (``SecretBinary``'s base64)
+        ('{"SecretBinary": "' + "QUJD" * 200 + '", "x": 1}', "QUJD" * 200),
     ],
 )
 def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
@@ -94,6 +96,8 @@ def test_these_shapes_in_a_calls_arguments_are_redacted_and_stay_json() -> None:
     }
     read, n = _arguments({"file": json.dumps({"SecretString": _LONG_SECRET})})
     assert n == 1 and read == {"file": json.dumps({"SecretString": REDACTED})}
+    read, n = _arguments({"file": json.dumps({"client_secret": "k" * 700, "y": 2})})
+    assert n == 1 and read == {"file": json.dumps({"client_secret": REDACTED, "y": 2})}
     read, n = _arguments({"env": [{"value": "hunter2secret", "name": "DB_PASSWORD"}]})
     assert n == 1 and read == {"env": [{"value": REDACTED, "name": "DB_PASSWORD"}]}
     read, n = _arguments({"content": "- value: hunter2secret\n  name: DB_PASSWORD\n"})
