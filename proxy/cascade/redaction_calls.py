@@ -1,6 +1,7 @@
 """Redaction of what a model reads in a message besides its content's text: the arguments
-of its tool calls (or legacy ``function_call``) and its ``refusal`` field, which are text the
-model reads as much."""
+and names of its tool calls (or legacy ``function_call``), its ``refusal`` field and its
+``name``, and content that is no text (one object, a part that is a list), which are text the
+model reads as much, and the summary's fast model too."""
 
 from __future__ import annotations
 
