@@ -195,7 +195,7 @@ _SIBLING = (
 # ``value=…&name=api_key``): a ``value`` entry, then, past a comma, a line's end or a form's
 # ``&`` (never blanks alone: ``Value=prod Key=api_token`` is two pairs of the CLI's list, the
 # next one's name after this one's value), at most two short entries, and a name, key, label
-# or id entry whose whole text ends in a key of the keyed pass.
+# or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
 _NAME_AFTER = (
     r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
     + _NL
@@ -204,7 +204,7 @@ _NAME_AFTER = (
     + r"(?:parameter)?(?:name|key|label|id)"
     + _assigned(3)
     + _QUOTE
-    + r"?[a-z0-9_./\-]{0,64}(?:"
+    + r"?[a-z0-9_./\- ]{0,64}(?:"
     + _SECRET_KEY
     + "|"
     + _AUTHORIZATION

@@ -27,6 +27,7 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ('{"value": "s3cr3t", "type": "SecureString", "name": "/app/db/password"}', "s3cr3t"),
         ("- value: hunter2secret\n  name: DB_PASSWORD\n", "hunter2secret"),
         ("value=q8ZrT2mWx7&name=api_key", "q8ZrT2mWx7"),
+        ('{"value": "Xq7-pw", "label": "Master Password"}', "Xq7-pw"),
         # YAML block scalars: literal and folded, the block's lines as indented as its first
         (
             "password: |\n  s3cr3tline1\n\n  s3cr3tline2\nuser: bob\n",
@@ -62,6 +63,7 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
     "text",
     [
         '{"value": "debug", "name": "LOG_LEVEL"}',
+        '{"value": "debug", "label": "Log level"}',
         '{"value": "cl100k_base", "name": "tokenizer"}',
         '{"value": "bearer", "name": "token_type"}',
         '{"value": 4096, "name": "max_tokens"}',
