@@ -75,6 +75,8 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
         "description: |\n  rotate it as the runbook says\n  then restart\n",
         "password: |\nuser: bob\n",
         "query=tokens&sort=asc&page=2",
+        # an opening quote in prose: a long line after it is no string
+        'Set the password: "' + "then restart the service and wait " * 20 + "\nok",
         'x = {"value": self.value, "name": name}',
     ],
 )
