@@ -211,7 +211,7 @@ _NAME_AFTER = (
     + r"(?:parameter)?(?:name|key|label|id)"
     + _assigned(3)
     + _QUOTE
-    + r"?[a-z0-9_./\- ]{0,64}(?:"
+    + r"?[a-z0-9_./%\- ]{0,64}(?:"
     + _SECRET_KEY
     + "|"
     + _AUTHORIZATION

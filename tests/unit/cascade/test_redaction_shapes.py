@@ -27,6 +27,7 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ('{"value": "s3cr3t", "type": "SecureString", "name": "/app/db/password"}', "s3cr3t"),
         ("- value: hunter2secret\n  name: DB_PASSWORD\n", "hunter2secret"),
         ("value=q8ZrT2mWx7&name=api_key", "q8ZrT2mWx7"),
+        ("value=q8ZrT2mWx7&name=DB%5FPASSWORD", "q8ZrT2mWx7"),
         ('{"value": "Xq7-pw", "label": "Master Password"}', "Xq7-pw"),
         # YAML block scalars: literal and folded, the block's lines as indented as its first
         (
