@@ -1,16 +1,19 @@
 """Redaction of what a model reads in a message besides its content's text: the arguments
-of its tool calls (or legacy ``function_call``) and its ``refusal`` field, which are text the
-model reads as much."""
+and names of its tool calls (or legacy ``function_call``), its ``refusal`` field and its
+``name``, and content that is no text (one object, a part that is a list), which are text the
+model reads as much, and the summary's fast model too."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import islice, takewhile
 from typing import Any
 
-from proxy.cascade.redaction import DEFAULT_PATTERNS, REDACTED, redact, redact_message
+from proxy.cascade.redaction import REDACTED, redact, redact_message
+from proxy.cascade.redaction_pem import Block, spans_strings
+from proxy.cascade.text import has_text
 from proxy.cascade.types import Message
 
 __all__ = ["redact_written"]
@@ -31,7 +34,7 @@ def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, i
     """Arguments' text redacted. Text that is JSON and is no longer once redacted (a match
     that ran from one string into the next: ``"Enter password:","timeout":5``), or no
     longer of its shape (``_same_shape``), or holding a PEM block across strings
-    (``_spans_strings``), is read as its object, entry by entry
+    (``spans_strings``), is read as its object, entry by entry
     (``_redact_parts``): as sent when no entry holds a secret, else that object's JSON
     text, so the server reading the arguments still can, all of them."""
     redacted, n = redact(text, patterns)
@@ -42,7 +45,7 @@ def _redact_text(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, i
     except (RecursionError, ValueError):
         return redacted, n
     try:
-        if _same_shape(value, json.loads(redacted)) and not _spans_strings(value, patterns):
+        if _same_shape(value, json.loads(redacted)) and not spans_strings(value, patterns):
             return redacted, n
     except (RecursionError, ValueError):
         pass
@@ -66,7 +69,7 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
     back, so arguments given as an object stay one (the server the client sends objects to
     gets one). A text that is no longer JSON (a match that ran from one string into the
     next: ``"Enter password:", "timeout": 5``), no longer of the object's shape
-    (``_same_shape``), or holding a PEM block across strings (``_spans_strings``), is not
+    (``_same_shape``), or holding a PEM block across strings (``spans_strings``), is not
     kept: each entry is read alone (``_redact_parts``), so a match that only seemed one
     leaves the object as sent. The same object when nothing matched; one nested past what
     its encoding reaches is ``REDACTED``."""
@@ -81,7 +84,7 @@ def _redact_json(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, 
         read = json.loads(redacted)
     except (RecursionError, ValueError):
         return _redact_parts(value, patterns)
-    if _same_shape(value, read) and not _spans_strings(value, patterns):
+    if _same_shape(value, read) and not spans_strings(value, patterns):
         return read, n
     return _redact_parts(value, patterns)
 
@@ -118,13 +121,14 @@ def _redact_parts(value: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any,
     (not as bare text, where a value that ends it is read otherwise: ``"token=5"``). Two keys
     redacted to one text both stay (``_unused_key``). A PEM block across strings (a key
     written as its lines) is what the whole text matched as one: every string from one whose
-    BEGIN line is left open to the next holding an END line is ``REDACTED`` (``_Block``).
+    BEGIN line is left open to the next holding an END line is ``REDACTED``
+    (``redaction_pem.Block``).
     Walked without recursion, in the text's order, each scalar written once: a value nested
     as deep as its encoding reaches costs its size, no more. The same object when nothing
     matched."""
     top: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(top, 0, value)]
-    block = _Block(value, patterns)
+    block = Block(value, patterns)
     places: dict[int, int] = {}
     openers: dict[int, Any] = {}  # an object's key in the object holding it
     total = 0
@@ -227,78 +231,6 @@ _SIBLINGS = 3
 """The most entries before a value that may name it: its name and two short entries between
 (``"Type": "SecureString"``), as the sibling pattern reads them."""
 
-_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----")
-_PEM_BODY = re.compile(r"[\sA-Za-z0-9+/=:,\-]*")
-"""What the pattern for a block cut short reads as its body."""
-
-
-class _Block:
-    """Which strings of a value, read in its text's order, a PEM block spans across entries:
-    from one whose last BEGIN line has no END line after it, when a later string holds one,
-    up to and including that later string. Else the block is cut short, and spans the items
-    after it in its array (a key written as its lines) that are all the body's characters,
-    as the pattern for a block cut short reads them in one text. Only where the built-in
-    PEM pattern applies."""
-
-    def __init__(self, value: Any, patterns: Sequence[re.Pattern[str]]) -> None:
-        self._value = value
-        self.on = any(p.pattern == DEFAULT_PATTERNS[0] for p in patterns)
-        self._open = False
-        self._ends_read = 0  # strings holding an END line read so far
-        self._ends: int | None = None  # all of them, counted once a block may open
-        self._cut: Any = None  # the array whose items go on a block cut short
-
-    def spans(self, node: Any, into: Any) -> bool:
-        """Whether ``node``, the next scalar in order (an entry of ``into``), is inside a
-        block."""
-        if not self.on or not isinstance(node, str):
-            return False
-        if self._cut is not None:
-            if into is self._cut and _PEM_BODY.fullmatch(node):
-                return True
-            self._cut = None
-        ends = _PEM_END.search(node) is not None
-        self._ends_read += ends
-        inside, self._open = self._open, self._open and not ends
-        if self._open:
-            return True
-        # a BEGIN line after the string's last END line (if any) opens a block
-        opened = max((m.end() for m in _PEM_BEGIN.finditer(node)), default=-1)
-        if opened >= 0 and not _PEM_END.search(node, opened):
-            if self._ends is None:
-                self._ends = _count_ends(self._value)
-            self._open = self._ends > self._ends_read
-            if not self._open and isinstance(into, list):
-                self._cut = into
-        return inside
-
-
-def _spans_strings(value: Any, patterns: Sequence[re.Pattern[str]]) -> bool:
-    """Whether a PEM block in ``value`` spans strings (``_Block``): its text read whole
-    redacts a block cut short only up to its string's end."""
-    block = _Block(value, patterns)
-    return block.on and any(block.spans(node, into) for into, node in _scalars(value))
-
-
-def _count_ends(value: Any) -> int:
-    """How many strings in ``value`` hold a PEM END line."""
-    return sum(1 for _, node in _scalars(value) if isinstance(node, str) and _PEM_END.search(node))
-
-
-def _scalars(value: Any) -> Iterator[tuple[Any, Any]]:
-    """Each scalar in ``value`` with the container holding it (None: ``value`` itself), in
-    its JSON text's order; walked without recursion."""
-    stack: list[tuple[Any, Any]] = [(None, value)]
-    while stack:
-        into, node = stack.pop()
-        if isinstance(node, Mapping | list):
-            entries = node if isinstance(node, list) else node.values()
-            stack.extend((node, v) for v in reversed(list(entries)))
-        else:
-            yield into, node
-
-
 _NO_JSON = object()
 """What ``_read_back`` gives for a text that is no JSON once redacted."""
 
@@ -325,18 +257,48 @@ def _read_key(key: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
 
 def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[Any, int]:
     """A ``tool_calls`` entry or ``function_call`` with its ``arguments`` redacted: their
-    text, or given as an object, its JSON text (``_redact_value``)."""
+    text, or given as an object, its JSON text (``_redact_value``); and its function's name,
+    which the summary renders beside them."""
     if not isinstance(call, Mapping):
         return call, 0
     fn = call.get("function", call)
-    if not isinstance(fn, Mapping) or fn.get("arguments") is None:
+    if not isinstance(fn, Mapping):
         return call, 0
-    text, n = _redact_value(fn["arguments"], patterns)
-    if n == 0:
+    out: dict[str, Any] = dict(fn)
+    total = 0
+    for key in ("name", "arguments"):
+        if fn.get(key) is not None:
+            out[key], n = _redact_value(fn[key], patterns)
+            total += n
+    if total == 0:
         return call, 0
-    if fn is call:
-        return {**call, "arguments": text}, n
-    return {**call, "function": {**fn, "arguments": text}}, n
+    return (out, total) if fn is call else ({**call, "function": out}, total)
+
+
+def _redact_content(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
+    """``msg`` with what the summary renders of its content besides text redacted: content
+    that is one object rather than a list (rendered as its JSON text), and each part that is
+    no text: one that is no object (a list, rendered as itself) as its JSON text
+    (``_redact_value``), an object's ``type`` (rendered ``[type]``). An object part's other
+    entries (an image's data) are not rendered, and are left as sent."""
+    content = msg.get("content")
+    if isinstance(content, Mapping):
+        read, n = _redact_value(content, patterns)
+        return (msg, 0) if n == 0 else ({**msg, "content": read}, n)
+    if isinstance(content, str) or not isinstance(content, Sequence):
+        return msg, 0
+    parts, total = list(content), 0
+    for i, part in enumerate(parts):
+        if isinstance(part, str) or has_text(part):
+            continue
+        if isinstance(part, Mapping):
+            if isinstance(part.get("type"), str):
+                kind, n = redact(part["type"], patterns)
+                parts[i], total = ({**part, "type": kind} if n else part), total + n
+        else:
+            parts[i], n = _redact_value(part, patterns)
+            total += n
+    return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)
 
 
 def _redact_refusal(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
@@ -350,15 +312,20 @@ def _redact_refusal(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[
 
 def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
     """``msg`` with every text a model reads redacted, and the count: its content
-    (``redact_message``), its refusal, and the arguments of its tool calls or legacy
+    (``redact_message``, and what else of it the summary renders: ``_redact_content``), its
+    refusal, its name, and the names and arguments of its tool calls or legacy
     ``function_call``.
     Ingestion redacts so what a client writes (an assistant turn too); what the model itself
     wrote is stored as the provider sent it, so what the proxy derives from stored history
     for another model (the summary's input) is redacted here. The same object comes back
     when nothing matched."""
     out, total = redact_message(msg, patterns)
-    out, n = _redact_refusal(out, patterns)
-    total += n
+    for step in (_redact_content, _redact_refusal):
+        out, n = step(out, patterns)
+        total += n
+    if isinstance(msg.get("name"), str):  # a tool's or a participant's name, rendered too
+        name, n = redact(msg["name"], patterns)
+        out, total = ({**out, "name": name} if n else out), total + n
     calls = msg.get("tool_calls")
     if isinstance(calls, Sequence) and not isinstance(calls, str):
         done = [_redact_arguments(c, patterns) for c in calls]

@@ -4,7 +4,9 @@ Each starts with a literal or a short keyword and bounds every quantifier, so th
 can find where a match may begin and no input backtracks catastrophically. The generic
 assignment pattern (``password=…``) keeps the key and redacts the value, and leaves values
 that are plainly not secrets; the sibling pattern reads the same keys and values where a
-list of name/value pairs holds them (``{"name": "DB_PASSWORD", "value": "…"}``).
+list of name/value pairs holds them (``{"name": "DB_PASSWORD", "value": "…"}``), and the
+other way round (the value first). A value is also a YAML block scalar's lines, a form body's
+``%``-escaped value (to the next pair's ``&``), or a whole string holding JSON.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ REDACTED = "[REDACTED]"
 _NOT_REDACTED = r"(?!\[REDACTED\])"
 # ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token.
 _KEYWORD = (
-    r"(?:passw(?:or)?d|pwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|private[_-]?key"
-    r"|auth[_-]?key|credentials?)"
+    r"(?:passw(?:or)?d|pwd|secret|token(?!i[sz])|api(?:[_-]|%5f)?key|access(?:[_-]|%5f)?key"
+    r"|private(?:[_-]|%5f)?key|auth(?:[_-]|%5f)?key|credentials?)"
 )
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
 # nulls, and values already redacted; and source code that names a token or password, which
@@ -40,7 +42,10 @@ _QUOTE = r"(?:\\?[\"'])"
 # A space or tab around a key's separator; a tab is an escape in JSON text (``token:\tvalue``).
 _BLANK = r"(?:[ \t]|\\t)"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
-_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+# A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
+# ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
+_FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
+_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
 
 
 def _assigned(blanks: int) -> str:
@@ -62,7 +67,8 @@ _NOT_A_VALUE = (
     r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
-    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"))"
+    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
+    r"(?![|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?:[\r\n]|\\[rn]|$))"
 )
 
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
@@ -85,9 +91,57 @@ _SECRET_KEY = (
 # unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one already redacted.
 _CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
 _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
+# A line's end, bare or escaped as JSON text writes it.
+_NL = r"(?:\r?\n|(?:\\r)?\\n)"
+# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end.
+_BLOCK_HEAD = r"[|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?=" + _NL + "|$)"
+# The block's lines: each as indented as its first (``blockindent``, kept, so the block stays
+# YAML), blank lines between them too; its line's end (bare or escaped) ends a line.
+_BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
+_BLOCK = (
+    _BLOCK_HEAD
+    + r"(?:"
+    + _NL
+    + r"[ \t]{0,64}+(?="
+    + _NL
+    + r")){0,8}"
+    + _NL
+    + r"(?P<blockindent>[ \t]{1,64}+)(?!\[REDACTED\])(?P<secret5>"
+    + _BLOCK_LINE
+    + r"(?:(?:"
+    + _NL
+    + r"[ \t]{0,64}+(?="
+    + _NL
+    + r")){0,8}"
+    + _NL
+    + r"(?P=blockindent)"
+    + _BLOCK_LINE
+    + r"){0,2000})"
+)
+# A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
+# any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
+# of it, to its closing quote, however long (up to the service's limit), bare or in JSON
+# text, when that quote closes it or the text ends there (output cut short), not a line's end
+# (an opening quote in prose). Its run stops at the first quote it does not escape or a line's
+# end, so runs read no text twice.
+_CHAR = r"(?:[^\"\\\n]|\\[^\n])"
+_CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
+_WHOLE_STRING = (
+    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _CHAR + r"{1,65536}+)(?=\"|$)"
+    r"|\\\"(?=\{\\\\\\\"|"
+    + _CHAR_ESCAPED
+    + r"{501})"
+    + r"(?P<secret7>"
+    + _CHAR_ESCAPED
+    + r"{1,65536}+)(?=\\\"|$)"
+)
 _SECRET_VALUE = (
-    r"(?!\\?[\"']?\[REDACTED\])"
-    + r"(?:\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
+    r"(?!\\?[\"']?\[REDACTED\])(?:"
+    + _BLOCK
+    + "|"
+    + _WHOLE_STRING
+    + "|"
+    + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
     + _CLOSED
     + r"|[^\"\n]{1,500})\""
     + r"|'(?P<secret2>[^'\n]{1,500})'|"
@@ -105,8 +159,9 @@ _AUTHORIZATION = "authorization"
 _WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
-# an array too). Never a brace or a bracket: an entry of the next object is not this one's.
-_BETWEEN = r"(?:[\s,\"']|\\[nrt\"]){1,128}+"
+# an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a brace or a
+# bracket: an entry of the next object is not this one's.
+_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
 # A secret's key whose value is an object, or in YAML the lines under it, holding the secret
@@ -142,6 +197,32 @@ _SIBLING = (
     + r"(?:parameter)?value"
     + _assigned(3)
     + _SECRET_VALUE
+)
+# The same pair the other way round, its value first (``{"value": "…", "name": "DB_PASSWORD"}``,
+# ``value=…&name=api_key``): a ``value`` entry, then, past a comma, a line's end or a form's
+# ``&`` (never blanks alone: ``Value=prod Key=api_token`` is two pairs of the CLI's list, the
+# next one's name after this one's value), at most two short entries, and a name, key, label
+# or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
+_NAME_AFTER = (
+    r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
+    + _NL
+    + r")(?:[\s,\"']|\\[nrt\"]){0,128}+"
+    + f"(?:{_ENTRY}){{0,2}}"
+    + r"(?:parameter)?(?:name|key|label|id)"
+    + _assigned(3)
+    + _QUOTE
+    + r"?[a-z0-9_./%\- ]{0,64}(?:"
+    + _SECRET_KEY
+    + "|"
+    + _AUTHORIZATION
+    + "|"
+    + _WORDS_KEY
+    + r")(?=\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
+)
+# Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
+# (``parametervalue``) beside it slows the literal scan of every text several times over.
+_SIBLING_AFTER = (
+    r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value" + _assigned(3) + _SECRET_VALUE + _NAME_AFTER
 )
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
@@ -196,6 +277,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # The same secrets keyed by a sibling entry: ``{"name": "DB_PASSWORD", "value": "…"}``
     # (``_SIBLING``).
     _SIBLING,
+    _SIBLING_AFTER,
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):

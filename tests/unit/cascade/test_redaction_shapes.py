@@ -1,0 +1,127 @@
+"""Secrets in shapes the keyed and sibling passes read besides ``key: value``: a name/value
+pair written value first, a YAML block scalar under a secret's key, a form body's pairs, and
+a string holding JSON under a secret's key (AWS Secrets Manager's ``SecretString``), in tool
+output and in a call's arguments (JSON text, where lines and quotes are escapes)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.cascade.redaction_calls import redact_written
+
+_PATTERNS = compile_patterns(())
+
+_LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "x" * 900})
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        # the value before its name
+        ('{"value": "hunter2secret", "name": "DB_PASSWORD"}', "hunter2secret"),
+        ('{"Value": "tok-93jf83", "Key": "api_token"}', "tok-93jf83"),
+        ('{"value": "s3cr3t", "type": "SecureString", "name": "/app/db/password"}', "s3cr3t"),
+        ("- value: hunter2secret\n  name: DB_PASSWORD\n", "hunter2secret"),
+        ("value=q8ZrT2mWx7&name=api_key", "q8ZrT2mWx7"),
+        ("value=q8ZrT2mWx7&name=DB%5FPASSWORD", "q8ZrT2mWx7"),
+        ('{"value": "Xq7-pw", "label": "Master Password"}', "Xq7-pw"),
+        # YAML block scalars: literal and folded, the block's lines as indented as its first
+        (
+            "password: |\n  s3cr3tline1\n\n  s3cr3tline2\nuser: bob\n",
+            "s3cr3tline1\n\n  s3cr3tline2",
+        ),
+        (
+            "db:\n  password: >-\n    s3cr3t folded\n    more\n  user: bob\n",
+            "s3cr3t folded\n    more",
+        ),
+        ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
+        ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
+        # form bodies: the value to the next pair's ``&``, %-escapes and all
+        ("password=hunter%212x&user=bob", "hunter%212x"),
+        ("grant_type=password&username=bob&password=p%40ss%26w0rd&scope=x", "p%40ss%26w0rd"),
+        ("name=api_key&value=q8ZrT2mWx7&x=1", "q8ZrT2mWx7"),
+        ("api%5Fkey=q8ZrT2mWx7&x=1", "q8ZrT2mWx7"),
+        # a string holding JSON under a secret's key, past the quoted value's usual bound
+        (
+            json.dumps({"Name": "prod/db", "SecretString": _LONG_SECRET}),
+            json.dumps(_LONG_SECRET)[1:-1],
+        ),
+        # ... or any string past it (``SecretBinary``'s base64)
+        ('{"SecretBinary": "' + "QUJD" * 200 + '", "x": 1}', "QUJD" * 200),
+    ],
+)
+def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
+    out, n = redact(text, _PATTERNS)
+    assert (out, n) == (text.replace(secret, REDACTED), 1)
+    assert redact(out, _PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"value": "debug", "name": "LOG_LEVEL"}',
+        '{"value": "debug", "label": "Log level"}',
+        '{"value": "cl100k_base", "name": "tokenizer"}',
+        '{"value": "bearer", "name": "token_type"}',
+        '{"value": 4096, "name": "max_tokens"}',
+        # two pairs of the CLI's list: the next pair's name follows this one's value
+        "aws ec2 create-tags --tags Key=env,Value=prod Key=api_token",
+        # the next object's name is not this one's
+        '[{"value": "unrelated"}, {"name": "DB_PASSWORD"}]',
+        # a block under a key that names no secret, and a block indicator alone
+        "description: |\n  rotate it as the runbook says\n  then restart\n",
+        "password: |\nuser: bob\n",
+        "query=tokens&sort=asc&page=2",
+        # an opening quote in prose: a long line after it is no string
+        'Set the password: "' + "then restart the service and wait " * 20 + "\nok",
+        'x = {"value": self.value, "name": name}',
+    ],
+)
+def test_ordinary_text_in_these_shapes_is_kept(text: str) -> None:
+    assert redact(text, _PATTERNS) == (text, 0)
+
+
+def _arguments(args: object) -> tuple[object, int]:
+    call = {"id": "c1", "function": {"name": "write", "arguments": json.dumps(args)}}
+    out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
+    return json.loads(out["tool_calls"][0]["function"]["arguments"]), n
+
+
+def test_these_shapes_in_a_calls_arguments_are_redacted_and_stay_json() -> None:
+    """In JSON text a file's lines and a string's quotes are escapes: the block's lines and
+    the string holding JSON are read through them, and the arguments stay JSON."""
+    read, n = _arguments({"path": "values.yaml", "content": "db:\n  password: |\n    s3cr3t\n"})
+    assert n == 1 and read == {
+        "path": "values.yaml",
+        "content": f"db:\n  password: |\n    {REDACTED}\n",
+    }
+    read, n = _arguments({"file": json.dumps({"SecretString": _LONG_SECRET})})
+    assert n == 1 and read == {"file": json.dumps({"SecretString": REDACTED})}
+    read, n = _arguments({"file": json.dumps({"client_secret": "k" * 700, "y": 2})})
+    assert n == 1 and read == {"file": json.dumps({"client_secret": REDACTED, "y": 2})}
+    read, n = _arguments({"env": [{"value": "hunter2secret", "name": "DB_PASSWORD"}]})
+    assert n == 1 and read == {"env": [{"value": REDACTED, "name": "DB_PASSWORD"}]}
+    read, n = _arguments({"content": "- value: hunter2secret\n  name: DB_PASSWORD\n"})
+    assert n == 1 and read == {"content": f"- value: {REDACTED}\n  name: DB_PASSWORD\n"}
+
+
+def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
+    """Each block or string holding JSON is read once from its key, however many keys and
+    values lie in and around it, and one left open runs only to its bound; a value first
+    whose name never comes is read a bounded distance on."""
+    costs = []
+    for k in (1, 4):
+        block = "password: |\n" + "  value: |\n    token: |\n" * 500 * k
+        string = '"secret": "{\\"' + '\\"value\\": \\"password: x, ' * 2_000 * k
+        near = (
+            ('"value": "' + "a" * 490 + '", ' + " " * 60 + "value=" + "a&" * 250 + ",\n") * 20 * k
+        )
+        text = block + string + '"value": "x" ' * 2_000 * k + near
+        start = time.process_time()
+        redact(text, _PATTERNS)
+        costs.append(time.process_time() - start)
+    assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
