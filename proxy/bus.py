@@ -22,7 +22,8 @@ this replica's own streams count at once, another replica's within one refresh. 
 up from the table now and then (api/events.py), which covers an event whose trigger ran just
 before the registration committed, and notifications missed while the listener reconnected;
 once it listens again, every open stream here is ended (:data:`RELISTENED`), for the
-transient events it missed, which no table keeps.
+transient events it missed, which no table keeps; not through a transaction pooler, whose
+LISTEN hears nothing, so that no stream missed a word of it.
 
 The same connection LISTENs on ``cascade_lease`` (migration 0023), whose notifications say a
 session's lease was freed while someone waited for it; ``wakeups`` wakes this replica's
@@ -206,7 +207,8 @@ class EventBus:
                     connected.set_result(None)
                 elif self._retrying:
                     self._losses.back()
-                    self._end_streams()
+                    if not self.pooled:  # a LISTEN through the pooler heard nothing to miss
+                        self._end_streams()
                 self._retrying = False
                 await end_silent(None if self.pooled else self._pool, self._silent, PROBE_TIMEOUT)
                 listened = asyncio.get_running_loop().time()
