@@ -22,7 +22,8 @@ this replica's own streams count at once, another replica's within one refresh. 
 up from the table now and then (api/events.py), which covers an event whose trigger ran just
 before the registration committed, and notifications missed while the listener reconnected;
 once it listens again, every open stream here is ended (:data:`RELISTENED`), for the
-transient events it missed, which no table keeps.
+transient events it missed, which no table keeps; not through a transaction pooler, whose
+LISTEN hears nothing, so that no stream missed a word of it.
 
 The same connection LISTENs on ``cascade_lease`` (migration 0023), whose notifications say a
 session's lease was freed while someone waited for it; ``wakeups`` wakes this replica's
@@ -59,7 +60,15 @@ import anyio
 import asyncpg
 
 from proxy import bus_payloads
-from proxy.bus_listen import NEVER_HEALS, RELISTEN_EVERY, Losses, end_silent, listen, listen_url
+from proxy.bus_listen import (
+    NEVER_HEALS,
+    RELISTEN_EVERY,
+    Losses,
+    end_silent,
+    listen,
+    listen_url,
+    until_lost,
+)
 from proxy.bus_payloads import (
     LAGGED,
     RELISTENED,
@@ -206,11 +215,14 @@ class EventBus:
                     connected.set_result(None)
                 elif self._retrying:
                     self._losses.back()
-                    self._end_streams()
+                    if not self.pooled:  # a LISTEN through the pooler heard nothing to miss
+                        self._end_streams()
                 self._retrying = False
                 await end_silent(None if self.pooled else self._pool, self._silent, PROBE_TIMEOUT)
                 listened = asyncio.get_running_loop().time()
-                await self._until_lost(self._listener)
+                probing = (self._probe, self._losses, self._silent, PROBE_EVERY, PROBE_TIMEOUT)
+                await until_lost(self._listener, *probing)  # closed, or silent: said
+                self._retrying = True
                 await asyncio.sleep(listened + RELISTEN_EVERY - asyncio.get_running_loop().time())
             except asyncio.CancelledError:
                 raise
@@ -239,31 +251,6 @@ class EventBus:
                 )
                 self._retrying = True
                 await asyncio.sleep(1.0)
-
-    async def _until_lost(self, listener: asyncpg.Connection) -> None:
-        """Return once ``listener`` closed, or did not answer a probe (then it is aborted);
-        each is logged as a warning, and the reconnection after it too (``Losses``)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        probe_at = started + PROBE_EVERY
-        while not listener.is_closed():
-            await asyncio.sleep(max(0.0, min(1.0, probe_at - loop.time())))
-            self._losses.lasted(loop.time() - started)
-            if listener.is_closed() or loop.time() < probe_at:
-                continue
-            try:
-                await listener.execute(self._probe, timeout=PROBE_TIMEOUT)  # simple protocol
-            except TimeoutError:
-                self._silent.add(listener.get_server_pid())  # listening on: end_silent
-                listener.terminate()
-                self._losses.silent(loop.time() - started, PROBE_TIMEOUT)
-                self._retrying = True
-                return
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
-                pass  # closed meanwhile: said below
-            probe_at = loop.time() + PROBE_EVERY
-        self._losses.closed(loop.time() - started)
-        self._retrying = True
 
     async def publish(
         self, conn: Any, *, tenant: str, session_id: str, name: str, data: Mapping[str, Any]

@@ -1,8 +1,9 @@
 """Where the event bus LISTENs (:func:`listen_url`), and the warnings a listen URL that can
 hear nothing deserves: behind a transaction-mode pooler a LISTEN must reach PostgreSQL
 directly (README, Behind a connection pooler). ``proxy.bus`` uses it at start, :func:`listen`
-each time it LISTENs, :func:`end_silent` once it listens again after dropping a listener
-gone silent, and :class:`Losses` to say that it lost its listener and listens again."""
+each time it LISTENs, :func:`until_lost` to wait, probing, until it loses it, :func:`end_silent`
+once it listens again after dropping a listener gone silent, and :class:`Losses` to say that
+it lost its listener and listens again."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
 
 from proxy.settings import Settings
 
@@ -23,6 +26,7 @@ __all__ = [
     "listen",
     "listen_url",
     "through_pooler",
+    "until_lost",
 ]
 
 log = logging.getLogger("cascade.bus")
@@ -179,6 +183,33 @@ async def listen(
     except TimeoutError:
         silent.add(conn.get_server_pid())
         raise TimeoutError(f"LISTEN not answered within {timeout:g} s") from None
+
+
+async def until_lost(
+    listener: Any, probe: str, losses: Losses, silent: set[int], every: float, timeout: float
+) -> None:
+    """Return once ``listener`` closed, or did not answer ``probe``, asked every ``every``
+    seconds, within ``timeout`` (then it is aborted, and its backend, which may listen on,
+    joins ``silent``); each is said through ``losses``, and the reconnection after it too."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    probe_at = started + every
+    while not listener.is_closed():
+        await asyncio.sleep(max(0.0, min(1.0, probe_at - loop.time())))
+        losses.lasted(loop.time() - started)
+        if listener.is_closed() or loop.time() < probe_at:
+            continue
+        try:
+            await listener.execute(probe, timeout=timeout)  # simple protocol
+        except TimeoutError:
+            silent.add(listener.get_server_pid())  # listening on: end_silent
+            listener.terminate()
+            losses.silent(loop.time() - started, timeout)
+            return
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
+            pass  # closed meanwhile: said below
+        probe_at = loop.time() + every
+    losses.closed(loop.time() - started)
 
 
 _END_SILENT = (

@@ -50,8 +50,9 @@ LAGGED = BusEvent("", {})
 its stream, whose client reconnects with Last-Event-ID and replays what it missed."""
 
 RELISTENED = BusEvent("", {})
-"""Handed to every subscriber once the listener listens again after it lost its connection:
-a notification sent meanwhile reached none of them, a transient event's (``session.reset``,
+"""Handed to every subscriber once the listener listens again after it lost its connection
+(unless it LISTENs through a transaction pooler, where it hears nothing anyway): a
+notification sent meanwhile reached none of them, a transient event's (``session.reset``,
 ``context.evicted``) for good. The end of its stream: the client's reconnect replays the
 persisted events and, past ``: live``, reads afresh what a transient one would have told."""
 

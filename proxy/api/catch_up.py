@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from proxy.store import events as store
+from proxy.store.db import DatabaseUnavailable
 
 __all__ = ["Page", "Reads", "pages", "sharing"]
 
@@ -93,27 +94,48 @@ class Reads:
         holding: int | None = None,
     ) -> list[Page]:
         """The pages of a read past ``member``'s mark that fits (see the module); a last page
-        of None says the session is gone. A failed read raises to every stream that takes
-        it."""
-        after = member.mark
+        of None says the session is gone. An outage (``DatabaseUnavailable``) raises to every
+        stream that takes the read. Any other failure raises only to the streams it depends
+        on, those whose mark it started from: it may come of what lies past that mark (a
+        statement that runs out of time over a long backlog), so a stream further on reads
+        again from the lowest mark above it, and so on, up to a read from its own."""
+        after, floor = member.mark, -1  # a failed read started at ``floor``: none from it
         self.members[member] = asked = asyncio.get_running_loop().time()
-        while (latest := self.latest) is not None and not latest.task.done():
-            if since is not None and not latest.fits(after, since, None, asked):
-                return await self._start(after, settle_seconds)
-            with contextlib.suppress(Exception):  # then the latest, which may be another
-                await asyncio.shield(latest.task)
-        if latest is not None and latest.fits(after, since, holding, asked):
-            return await asyncio.shield(latest.task)  # its result, or its failure
-        return await self._start(after, settle_seconds)
+        while True:
+            while (latest := self.latest) is not None and not latest.task.done():
+                if latest.after <= floor or (
+                    since is not None and not latest.fits(after, since, None, asked)
+                ):
+                    break
+                with contextlib.suppress(Exception):  # then the latest, which may be another
+                    await asyncio.shield(latest.task)
+            if (
+                latest is None
+                or latest.after <= floor
+                or not latest.fits(after, since, holding, asked)
+            ):
+                latest = self._start(after, settle_seconds, floor)
+            try:
+                return await asyncio.shield(latest.task)  # its result, or its failure
+            except DatabaseUnavailable:
+                raise
+            except Exception:
+                if latest.after >= after:  # a read from this stream's own mark
+                    raise
+                floor = latest.after
 
-    async def _start(self, after: int, settle_seconds: float) -> list[Page]:
+    def _start(self, after: int, settle_seconds: float, floor: int) -> _Read:
         loop = asyncio.get_running_loop()
-        asking = (m.mark for m, at in self.members.items() if at >= loop.time() - STALLED)
+        asking = (
+            m.mark
+            for m, at in self.members.items()
+            if at >= loop.time() - STALLED and m.mark > floor
+        )
         after = min([after, *asking])
         task = loop.create_task(self._fetch(after, settle_seconds))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
         self.latest = _Read(after, loop.time(), task)
-        return await asyncio.shield(task)
+        return self.latest
 
     async def _fetch(self, after: int, settle_seconds: float) -> list[Page]:
         found = pages(

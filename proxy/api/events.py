@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from proxy import sse
-from proxy.api import catch_up
+from proxy.api import catch_up, reconnect
 from proxy.api.catch_up import Page, Reads
 from proxy.api.deps import BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.api.event_stream import EventStream
@@ -265,7 +265,8 @@ async def _stream(
     (an ``EventSource`` does) gets the 404 of a missing session (or a stream of the new
     one). No frame says why: the reconnect does. It ends the same way once its client
     fell ``bus.MAX_QUEUED`` events behind (``LAGGED``), and once the bus listens again
-    after it lost its listener (``RELISTENED``): the reconnect replays. It ends,
+    after it lost its listener (``RELISTENED``): the reconnect replays; the last frame then
+    tells the client when to reconnect (``reconnect``), a time of its own. It ends,
     before its next frame or catch-up, once its key no longer reaches the session
     (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
     held to the session's agent that each catch-up reads in its one statement (the replay
@@ -312,7 +313,10 @@ async def _live(
                 pass  # open, the stream reads what it missed once the database is back
             due = reads.due(loop.time(), CATCH_UP_SECONDS)
             continue
-        if event is SESSION_GONE or event is LAGGED or event is RELISTENED:
+        if event is RELISTENED:  # every stream here ends now: reconnects spread
+            yield reconnect.frame()
+            return
+        if event is SESSION_GONE or event is LAGGED:
             return
         queued = live.dequeued()
         async for frame in live.read_first(event, cursor):

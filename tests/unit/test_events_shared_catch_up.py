@@ -228,7 +228,38 @@ async def test_a_live_event_whose_read_fails_costs_one_read_not_one_each(
     monkeypatch.setattr(events.store, "fetch_session_events_after", outage)
     bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))
     await asyncio.sleep(0.2)  # each stream holds the event back for a catch-up
-    bus.live(RELISTENED)  # which ends each stream
+    bus.live(RELISTENED)  # which ends each stream, saying when to reconnect
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     assert table.reads <= 2, table.reads
-    assert all(f == [events.LIVE] for f in frames)
+    assert all(f[:1] == [events.LIVE] and list(f[1]) == ["comment", "retry"] for f in frames)
+    assert len({f[1]["retry"] for f in frames}) > STREAMS // 2  # apart, not all one time
+
+
+async def test_streams_past_a_failed_read_share_the_read_again(
+    table: _Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read that failed for a reason other than an outage fails the streams it started from
+    # (``tests/integration/api/test_events_shared_read_failure.py``); the ones further on
+    # read again together, one read, not one each.
+    afters: list[int] = []
+
+    async def fetch(pool: Any, **kw: Any) -> Any:
+        afters.append(kw["after_id"])
+        if kw["after_id"] == 0:
+            raise ValueError("a statement error")
+        return await table.fetch(pool, **kw)
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
+    low, now = _Mark(0), datetime.now(UTC)
+    further = [_Mark(100) for _ in range(STREAMS)]
+    with contextlib.ExitStack() as stack:
+        reads = stack.enter_context(catch_up.sharing(None, "t", "s", now, low))
+        for mark in further:
+            stack.enter_context(catch_up.sharing(None, "t", "s", now, mark))
+        since = asyncio.get_running_loop().time()
+        got = await asyncio.gather(
+            *(reads.read(m, 10.0, since=since) for m in [low, *further]), return_exceptions=True
+        )
+    assert isinstance(got[0], ValueError)
+    assert not any(isinstance(g, BaseException) for g in got[1:])
+    assert afters == [0, 100]

@@ -121,7 +121,7 @@ export const api = {
 
 // Server-sent events from a fetch body: yields {event, data, id} per frame; `heard` is told
 // of every piece read, a comment (a ping) too, and `said` of each comment's text.
-export async function* sseFrames(resp, heard = () => {}, said = () => {}) {
+export async function* sseFrames(resp, heard = () => {}, said = () => {}, retry = () => {}) {
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let frame = { event: "message", data: [], id: null };
@@ -149,6 +149,7 @@ export async function* sseFrames(resp, heard = () => {}, said = () => {}) {
         if (field === "event") frame.event = val;
         else if (field === "data") frame.data.push(val);
         else if (field === "id") frame.id = val;
+        else if (field === "retry" && /^[0-9]+$/.test(val)) retry(Number(val));
       }
     }
   }
@@ -196,6 +197,8 @@ export async function chatStream(sessionId, body, onDelta, { signal, requestId }
 // until the caller follows again. So does a 403 (the key may not use the session's agent,
 // which no retry changes): onState("forbidden", err). A failure (a 5xx, the network, a stream cut) reconnects
 // after a pause that doubles from RETRY_MS up to RETRY_MAX_MS; one that went live resets it.
+// A stream that said when to reconnect (`retry:`, which the proxy spreads over its streams
+// when it ends them all at once) is reconnected after that instead.
 // So does a stream that says nothing for STALL_MS: the proxy pings every 15 s, so a silence
 // that long is a connection gone without a word (a laptop that slept, a network that
 // changed), which would otherwise hang until the system gave up on it, the events meanwhile
@@ -207,7 +210,9 @@ export const STALL_MS = 45000;
 export async function followEvents(sessionId, onEvent, signal, onState = () => {}) {
   let lastId = null;
   let wait = RETRY_MS;
+  let told = null; // the stream's own `retry:` (ms), for the reconnect after it
   while (!signal.aborted) {
+    told = null;
     const attempt = new AbortController();
     const stop = () => attempt.abort();
     signal.addEventListener("abort", stop, { once: true });
@@ -231,7 +236,7 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
         onState("live");
         wait = RETRY_MS;
       };
-      for await (const frame of sseFrames(resp, heard, said)) {
+      for await (const frame of sseFrames(resp, heard, said, (ms) => { told = ms; })) {
         if (frame.id) lastId = frame.id;
         let data = {};
         try { data = JSON.parse(frame.data); } catch (_) { /* keep {} */ }
@@ -244,7 +249,7 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
       clearTimeout(timer);
       signal.removeEventListener("abort", stop);
     }
-    await pause(wait, signal);
+    await pause(told ?? wait, signal);
     wait = Math.min(2 * wait, RETRY_MAX_MS);
   }
 }

@@ -106,3 +106,30 @@ async def test_a_listener_through_the_pooler_leaves_its_listen_on_one_server(
     finally:
         await admin.close()
     assert listening <= 1
+
+
+async def test_a_listener_through_the_pooler_made_again_ends_no_stream(
+    pooled: asyncpg.Pool, pooled_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``DATABASE_LISTEN_URL`` the bus's LISTEN hears nothing (its streams live on
+    their catch-up reads), so a new listener made after a loss found nothing missed: every
+    open stream ended all the same (``RELISTENED``), and its client reconnected for no
+    event, every client at once."""
+    monkeypatch.setattr(bus_module, "RELISTEN_EVERY", 0.0)
+    await create_session(pooled, tenant="t", session_id="s", agent="default", model="m")
+    bus = EventBus(pooled, pooled_dsn, "DATABASE_URL", pooled=True)
+    await asyncio.wait_for(bus.start(), 10)
+    try:
+        async with bus.subscribe("t", "s") as queue:
+            first = bus._listener
+            assert first is not None
+            first.terminate()  # lost: the bus makes another
+            for _ in range(150):
+                if bus.listening and bus._listener is not first:
+                    break
+                await asyncio.sleep(0.02)
+            assert bus.listening and bus._listener is not first
+            await asyncio.sleep(0.05)
+            assert queue.empty(), queue.get_nowait()
+    finally:
+        await asyncio.wait_for(bus.stop(), 5)

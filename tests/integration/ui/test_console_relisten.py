@@ -6,9 +6,11 @@ rows again, each shown once, the one changed in the gap as it is now."""
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import pytest
 
+from proxy.api import reconnect
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_health import sql
 from tests.integration.ui.conftest import Page
@@ -48,3 +50,27 @@ def test_a_stream_ended_as_the_listener_comes_back_reconnects_and_reads_the_rows
     positions = [rows.nth(i).get_attribute("data-pos") for i in range(shown)]
     assert len(set(positions)) == shown, positions
     assert page.locator("[data-testid=toast][data-kind=error]").count() == 0
+
+
+def test_a_stream_ended_as_the_listener_comes_back_reconnects_when_it_was_told(
+    console: Page, console_proxy: ProxyServer, db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's last frame says when to reconnect (``retry:``, spread over the streams a
+    new listener ends at once: ``api/reconnect.py``); the console waits that long, not its
+    own second, which every console open on the replica waited alike."""
+    monkeypatch.setattr(reconnect, "_SPREAD", reconnect.Spread(3000, 1))  # told: 3 s
+    with api(console_proxy) as h:
+        resp = h.post(
+            "/s/told/v1/chat/completions", json={"model": "m", "messages": tool_round(0, 400)}
+        )
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/told")
+    page.locator("[data-testid=message][data-pos='2']").wait_for()
+    bus = console_proxy.state("bus")
+    wait_for(lambda: len(events_requests(console, "told")) == 1 and bool(bus._subs), page)
+    page.wait_for_timeout(300)  # past `: live`
+    _end_listener(console_proxy, db_dsn)
+    wait_for(lambda: not bus._subs, page)  # the stream ended
+    ended = time.monotonic()
+    wait_for(lambda: len(events_requests(console, "told")) == 2, page)
+    assert time.monotonic() - ended >= 2.5

@@ -1,0 +1,48 @@
+"""The ``retry:`` an event stream's last frame carries when the bus ends it for a new
+listener (``bus.RELISTENED``): every open stream on the replica ends in the same instant,
+and clients that reconnect after the stream's ``retry`` (an ``EventSource``, the console)
+would all come back in that instant too, each reconnect a few statements on the pool (the
+session, its last event id, the replay, the registration). Each stream is told a time of its
+own, spread over :data:`SPREAD_MS` past :data:`FIRST_MS`.
+
+The times follow the golden ratio's sequence from a random start (``Spread``): any two
+streams ended one after the other are told times far apart, every run of them covers the
+span evenly, and two replicas' streams do not fall on the same times.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+__all__ = ["FIRST_MS", "SPREAD_MS", "Spread", "frame"]
+
+FIRST_MS = 1000
+"""The earliest reconnect a stream ended for a new listener is told (milliseconds)."""
+
+SPREAD_MS = 5000
+"""The span past :data:`FIRST_MS` over which those reconnects are spread (milliseconds)."""
+
+_STEP = (5**0.5 - 1) / 2  # the golden ratio's fraction: consecutive times stay far apart
+
+
+class Spread:
+    """Each call a reconnect time in ``[first, first + span)`` milliseconds, the next one
+    at least about 38% of ``span`` from the last."""
+
+    def __init__(self, first: int = FIRST_MS, span: int = SPREAD_MS) -> None:
+        self.first, self.span = first, span
+        self._at = random.random()
+
+    def __call__(self) -> int:
+        self._at = (self._at + _STEP) % 1.0
+        return self.first + int(self._at * self.span)
+
+
+_SPREAD = Spread()
+
+
+def frame() -> dict[str, Any]:
+    """The frame that ends a stream for a new listener: a comment, and the stream's
+    ``retry`` (no ``id``: the client's Last-Event-ID stays the last event it received)."""
+    return {"comment": "reconnect", "retry": _SPREAD()}
