@@ -201,11 +201,12 @@ class RequestObs:
         self.end_pending()
         span = self.span
         method = _OTEL_METHOD.get(method, method)
-        span.update_name(f"{'HTTP' if method == '_OTHER' else method} {route}")
-        attributes: dict[str, Any] = {
-            "http.route": route,
-            "http.response.status_code": status,
-        }
+        name = "HTTP" if method == "_OTHER" else method
+        attributes: dict[str, Any] = {"http.response.status_code": status}
+        if route != "none":  # no route took it: the method alone, as OTel's HTTP names go
+            name = f"{name} {route}"
+            attributes["http.route"] = route
+        span.update_name(name)
         if route.endswith(_CHAT):  # the cascade runs on chat requests alone
             attributes["cascade.tokens_reclaimed"] = self.reclaimed
         if operation := operation_for(route):
