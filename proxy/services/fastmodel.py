@@ -19,7 +19,7 @@ from typing import Any
 
 from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
-from proxy.credentials import scrub_text, secrets_of
+from proxy.credentials import scrub_text
 from proxy.observe import note_usage
 from proxy.provider_errors import provider_name
 
@@ -267,7 +267,7 @@ _TOO_DEEP = "the answer's JSON nests too deep"
 def _scrubbing(resp: Any) -> Callable[[str], str]:
     """What scrubs the credential ``resp``'s call sent from a text of its body, which comes
     unscrubbed on a success (``Upstream.call`` scrubs an error's)."""
-    sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
+    sent = answers.sent_secrets(getattr(resp, "request", None))
     return lambda text: scrub_text(text, sent)
 
 
