@@ -207,10 +207,11 @@ class RequestObs:
             name = f"{name} {route}"
             attributes["http.route"] = route
         span.update_name(name)
-        if route.endswith(_CHAT):  # the cascade runs on chat requests alone
-            attributes["cascade.tokens_reclaimed"] = self.reclaimed
-        if operation := operation_for(route):
+        # a POST alone is a model's operation (another method the route refuses, a 405)
+        if method == "POST" and (operation := operation_for(route)):
             attributes["gen_ai.operation.name"] = operation
+            if operation == "chat":  # the cascade runs on chat requests alone
+                attributes["cascade.tokens_reclaimed"] = self.reclaimed
         if self.model is not None:
             attributes["gen_ai.request.model"] = self.model
             attributes["gen_ai.usage.input_tokens"] = self.input_tokens

@@ -45,3 +45,26 @@ async def test_a_request_no_route_took_has_a_span_named_by_its_method_alone() ->
     assert routed.name == "GET /items/{item_id}"
     assert (routed.attributes or {})["http.route"] == "/items/{item_id}"
     provider.shutdown()
+
+
+async def test_a_chat_route_refusing_the_method_has_no_chat_attributes() -> None:
+    """A PUT the chat route answers 405 ran no cascade and called no model: its span has
+    neither ``cascade.tokens_reclaimed`` (README: on chat requests alone) nor GenAI's
+    ``gen_ai.operation.name``, which a viewer counting chat operations would count."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    observer = Observer(Metrics(), build_tracing("", provider=provider))
+    app = Starlette(
+        routes=[Route("/v1/chat/completions", _item, methods=["POST"])],
+        middleware=[Middleware(AccessLog), Middleware(Observe, observer=observer)],
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        assert (await client.put("/v1/chat/completions")).status_code == 405
+        assert (await client.post("/v1/chat/completions")).status_code == 200
+    refused, chat = (dict(s.attributes or {}) for s in exporter.get_finished_spans())
+    assert refused["http.route"] == "/v1/chat/completions"
+    assert "cascade.tokens_reclaimed" not in refused and "gen_ai.operation.name" not in refused
+    assert chat["cascade.tokens_reclaimed"] == 0 and chat["gen_ai.operation.name"] == "chat"
+    provider.shutdown()
