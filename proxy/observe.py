@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
@@ -250,7 +251,7 @@ def route_template(scope: Scope, templates: dict[Any, str]) -> str:
     path = getattr(scope.get("route"), "path", None)
     if isinstance(path, str) and path:
         return _as_written(path)
-    endpoint = scope.get("endpoint")
+    endpoint = scope.get("endpoint") or _matched(scope)
     if endpoint is None:
         return "none"
     found = templates.get(endpoint)
@@ -262,6 +263,17 @@ def route_template(scope: Scope, templates: dict[Any, str]) -> str:
                 templates.setdefault(target, _as_written(route.path or "/"))
         found = templates.setdefault(endpoint, "none")
     return found
+
+
+def _matched(scope: Scope) -> Any:
+    """The endpoint of the route whose path and method ``scope`` matches, for a request the
+    router never saw (the proxy-key gate's 401), or None."""
+    app = scope.get("app")
+    for route in getattr(getattr(app, "router", None), "routes", ()):
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            return child.get("endpoint")
+    return None
 
 
 _CONVERTER = re.compile(r"\{(\w+):\w+\}")
