@@ -225,6 +225,12 @@ class StreamAnswer:
         credential the call sent."""
         return scrub_text(text, sent_secrets(self.request))
 
+    def failed(self, kind: str) -> None:
+        """The answer failed in its body though its status is a success (an error event, a
+        stream cut short or malformed): ``kind`` names how for the call's metrics and span,
+        unless a break (``ReadError``) already did."""
+        self._failure = self._failure or kind
+
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing
         if self._timer is not None:  # the request's upstream time ends with the stream
