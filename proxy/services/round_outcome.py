@@ -85,7 +85,7 @@ def broke_off(exc: Exception, out: RoundOutcome) -> None:
 
 def stream_failure(out: RoundOutcome) -> str:
     """How a round whose status was a success failed, as its call's ``error.type`` and
-    ``cascade_upstream_errors_total`` name it: ``stream_error`` for the provider's own error
+    ``cascade_upstream_errors_total`` name it: ``error_answer`` for the provider's own error
     event, ``UpstreamBadResponse`` for a stream cut short, malformed or over the cap (a break
     is its exception's type, which the answer already holds)."""
-    return "stream_error" if out.provider_error else UpstreamBadResponse.__name__
+    return "error_answer" if out.provider_error else UpstreamBadResponse.__name__

@@ -1,6 +1,6 @@
 """A provider stream that failed in its body, its status a 200, is a failed provider call in
 ``cascade_upstream_errors_total`` as one that broke off is: an error event in it
-(``stream_error``, OpenAI's overloaded ``server_error`` mid-answer), or a stream that ended
+(``error_answer``, OpenAI's overloaded ``server_error`` mid-answer), or a stream that ended
 cleanly but short (no finish reason, no ``[DONE]``: ``UpstreamBadResponse``, its error
 frame's code). Uncounted, a provider failing every stream this way showed no error at all:
 the request is a 200 and the call's status too."""
@@ -40,4 +40,23 @@ def test_a_stream_failed_in_its_body_is_a_failed_provider_call(
         for s in scrape(proxy.origin).samples
         if s.name == "cascade_upstream_errors_total"
     }
-    assert errors == {"stream_error": 1, "UpstreamBadResponse": 1}
+    assert errors == {"error_answer": 1, "UpstreamBadResponse": 1}
+
+
+def test_a_whole_success_holding_an_error_or_no_completion_is_a_failed_provider_call(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The same for a whole answer: an error object sent with a 200 (``error_answer``), or a
+    body that is no chat completion (``UpstreamBadResponse``); the client gets its 502."""
+    as_json = {"content-type": "application/json"}
+    fake_upstream.script(
+        raw(json.dumps(_FAILURE), headers=as_json), raw("<html>login</html>", headers={})
+    )
+    for sid in ("whole-error", "whole-html"):
+        assert post_chat(proxy.origin, CHAT_ROUTE, sid).status_code == 502
+    errors = {
+        s.labels["error_type"]: s.value
+        for s in scrape(proxy.origin).samples
+        if s.name == "cascade_upstream_errors_total"
+    }
+    assert errors == {"error_answer": 1, "UpstreamBadResponse": 1}
