@@ -138,7 +138,8 @@ def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
     if request is None:
         return ()
     found = list(secrets_of(sent_authorization(request)))
-    for name, value in request.url.params.multi_items():
+    url = getattr(request, "url", None)  # a stand-in request may have headers alone
+    for name, value in url.params.multi_items() if url is not None else ():
         if _CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
             # as sent, its "+" read as a space by the proxy too, and as the URL spells it
             for form in {value, value.replace(" ", "+"), str(httpx.QueryParams({"k": value}))[2:]}:

@@ -20,7 +20,8 @@ from typing import Any
 from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
 from proxy.credentials import scrub_text
-from proxy.observe import note_usage
+from proxy.errors import UpstreamBadResponse
+from proxy.observe import note_bad_answer, note_usage
 from proxy.provider_errors import provider_name
 
 __all__ = [
@@ -316,12 +317,19 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     streamed answer as its chunks joined (``answer_data``)."""
     if resp.status_code >= 400:
         return resp.status_code, _error_head(resp.text)
-    data = answer_data(resp)
-    if isinstance(data.get("error"), dict) and "choices" not in data:
-        head = _scrubbing(resp)(resp.text)[:300]
-        raise ValueError(f"an error answered with status {resp.status_code}: {head}")
+    kind = UpstreamBadResponse.__name__  # the call failed, as the metrics and its span say
+    try:
+        data = answer_data(resp)
+        if isinstance(data.get("error"), dict) and "choices" not in data:
+            kind = "error_answer"
+            head = _scrubbing(resp)(resp.text)[:300]
+            raise ValueError(f"an error answered with status {resp.status_code}: {head}")
+        text = content_text(data["choices"][0]["message"].get("content"))
+    except (ValueError, LookupError, TypeError, AttributeError):
+        note_bad_answer(job.provider.name, kind)
+        raise
     note_usage(job.fast_model, data.get("usage"))
-    return resp.status_code, content_text(data["choices"][0]["message"].get("content"))
+    return resp.status_code, text
 
 
 def retry_after(resp: Any) -> float | None:
