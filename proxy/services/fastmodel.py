@@ -246,6 +246,11 @@ async def _post(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     )
 
 
+class ErrorEvent(ValueError):
+    """A streamed answer holding the provider's error event: its call failed as an error
+    object sent with a 200 does (``error_answer``)."""
+
+
 def answer_data(resp: Any) -> Any:
     """The chat completion a successful ``resp`` holds: its JSON body, or, for an answer
     streamed although the call asked for none (a gateway that always streams), one built
@@ -298,7 +303,7 @@ def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:
             raise ValueError("a streamed chunk is no JSON object")
         if chunk.get("error") is not None:
             quoted = scrub(sse.event_data(event) or "")[:300]
-            raise ValueError(f"the stream broke off with an error: {quoted}")
+            raise ErrorEvent(f"the stream broke off with an error: {quoted}")
         acc.add(chunk)
     if acc.finish_reason(0) is None and not done:
         raise ValueError("the stream was cut: it ends with neither a finish reason nor [DONE]")
@@ -325,8 +330,8 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
             head = _scrubbing(resp)(resp.text)[:300]
             raise ValueError(f"an error answered with status {resp.status_code}: {head}")
         text = content_text(data["choices"][0]["message"].get("content"))
-    except (ValueError, LookupError, TypeError, AttributeError):
-        note_bad_answer(job.provider.name, kind)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        note_bad_answer(job.provider.name, "error_answer" if isinstance(exc, ErrorEvent) else kind)
         raise
     note_usage(job.fast_model, data.get("usage"))
     return resp.status_code, text

@@ -34,6 +34,7 @@ def _errors(metrics: Metrics) -> dict[str, float]:
     ("body", "kind"),
     [
         (json.dumps({"error": {"message": "overloaded", "type": "server_error"}}), "error_answer"),
+        ('data: {"error": {"message": "overloaded"}}\n\ndata: [DONE]\n\n', "error_answer"),
         ("<html>sign in</html>", "UpstreamBadResponse"),
         (json.dumps({"choices": []}), "UpstreamBadResponse"),
     ],
