@@ -5,6 +5,7 @@ read as it arrives (``StreamAnswer``), and the headers of it that are relayed to
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.credentials import scrub_bytes, scrub_text, secrets_of
+from proxy.credentials import MIN_SECRET_CHARS, scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
@@ -30,6 +31,7 @@ __all__ = [
     "response_headers",
     "scrubbed",
     "sent_authorization",
+    "sent_secrets",
     "size_text",
 ]
 
@@ -82,7 +84,7 @@ class Answer:
 
     def scrub(self, text: str) -> str:
         """``text`` (a provider's words the proxy quotes) without the credential sent."""
-        return scrub_text(text, secrets_of(sent_authorization(self.request)))
+        return scrub_text(text, sent_secrets(self.request))
 
     def json(self) -> Any:
         """The body parsed; what orjson refuses and ``json`` reads (a lone surrogate escape,
@@ -115,13 +117,34 @@ def scrubbed(status: int, body: bytes, request: httpx.Request | None) -> bytes:
     the credential ``request`` sent (``proxy.credentials``), a success's as it came."""
     if status < 400:
         return body
-    return scrub_bytes(body, secrets_of(sent_authorization(request)))
+    return scrub_bytes(body, sent_secrets(request))
 
 
 def sent_authorization(request: httpx.Request | None) -> str | None:
     """The ``Authorization`` a call sent, if any."""
     sent: str | None = request.headers.get("authorization") if request is not None else None
     return sent
+
+
+_CREDENTIAL_PARAM = re.compile(r"key|token|secret|sig|auth|pass|cred", re.IGNORECASE)
+
+
+def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
+    """The credentials a call sent, as its provider may quote them (``secrets_of``): its
+    ``Authorization``'s, and the value of each query parameter whose name says it holds one
+    (``key``, ``api_key``, ``access_token``, ``sig`` …; a client's query goes upstream, and a
+    gateway that takes its key there quotes it back, the URL it was called at included), as
+    sent and percent-encoded. Other parameters (``api-version``) are words an error means."""
+    if request is None:
+        return ()
+    found = list(secrets_of(sent_authorization(request)))
+    url = getattr(request, "url", None)  # a stand-in request may have headers alone
+    for name, value in url.params.multi_items() if url is not None else ():
+        if _CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
+            # as sent, its "+" read as a space by the proxy too, and as the URL spells it
+            for form in {value, value.replace(" ", "+"), str(httpx.QueryParams({"k": value}))[2:]}:
+                found += (form, json.dumps(form)[1:-1])
+    return tuple(sorted(set(found), key=lambda f: (-len(f), f)))
 
 
 def over_cap(
@@ -201,7 +224,13 @@ class StreamAnswer:
     def scrub(self, text: str) -> str:
         """``text`` (a provider's error the proxy sends in-band or logs) without the
         credential the call sent."""
-        return scrub_text(text, secrets_of(sent_authorization(self.request)))
+        return scrub_text(text, sent_secrets(self.request))
+
+    def failed(self, kind: str) -> None:
+        """The answer failed in its body though its status is a success (an error event, a
+        stream cut short or malformed): ``kind`` names how for the call's metrics and span,
+        unless a break (``ReadError``) already did."""
+        self._failure = self._failure or kind
 
     async def aclose(self) -> None:
         await self._resp.aclose()  # a second close does nothing
@@ -229,7 +258,7 @@ def response_headers(resp: Answer | StreamAnswer) -> dict[str, str]:
             key.startswith(_RELAY_PREFIXES) and key not in _KEPT_BACK
         ):
             if sent is None:
-                sent = secrets_of(sent_authorization(resp.request))
+                sent = sent_secrets(resp.request)
             value = raw_value.decode("latin-1")
             if key != "content-type":
                 value = scrub_text(value, sent)

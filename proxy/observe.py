@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
@@ -29,6 +30,7 @@ from proxy.observe_notes import (
     compaction_span,
     current_compaction,
     note_answer,
+    note_bad_answer,
     note_compaction_event,
     note_embedding_failure,
     note_late_error,
@@ -46,6 +48,7 @@ __all__ = [
     "Observer",
     "RequestObs",
     "note_answer",
+    "note_bad_answer",
     "note_compaction_event",
     "note_embedding_failure",
     "note_late_error",
@@ -201,15 +204,17 @@ class RequestObs:
         self.end_pending()
         span = self.span
         method = _OTEL_METHOD.get(method, method)
-        span.update_name(f"{'HTTP' if method == '_OTHER' else method} {route}")
-        attributes: dict[str, Any] = {
-            "http.route": route,
-            "http.response.status_code": status,
-        }
-        if route.endswith(_CHAT):  # the cascade runs on chat requests alone
-            attributes["cascade.tokens_reclaimed"] = self.reclaimed
-        if operation := operation_for(route):
+        name = "HTTP" if method == "_OTHER" else method
+        attributes: dict[str, Any] = {"http.response.status_code": status}
+        if route != "none":  # no route took it: the method alone, as OTel's HTTP names go
+            name = f"{name} {route}"
+            attributes["http.route"] = route
+        span.update_name(name)
+        # a POST alone is a model's operation (another method the route refuses, a 405)
+        if method == "POST" and (operation := operation_for(route)):
             attributes["gen_ai.operation.name"] = operation
+            if operation == "chat":  # the cascade runs on chat requests alone
+                attributes["cascade.tokens_reclaimed"] = self.reclaimed
         if self.model is not None:
             attributes["gen_ai.request.model"] = self.model
             attributes["gen_ai.usage.input_tokens"] = self.input_tokens
@@ -248,7 +253,7 @@ def route_template(scope: Scope, templates: dict[Any, str]) -> str:
     path = getattr(scope.get("route"), "path", None)
     if isinstance(path, str) and path:
         return _as_written(path)
-    endpoint = scope.get("endpoint")
+    endpoint = scope.get("endpoint") or _matched(scope)
     if endpoint is None:
         return "none"
     found = templates.get(endpoint)
@@ -260,6 +265,17 @@ def route_template(scope: Scope, templates: dict[Any, str]) -> str:
                 templates.setdefault(target, _as_written(route.path or "/"))
         found = templates.setdefault(endpoint, "none")
     return found
+
+
+def _matched(scope: Scope) -> Any:
+    """The endpoint of the route whose path and method ``scope`` matches, for a request the
+    router never saw (the proxy-key gate's 401), or None."""
+    app = scope.get("app")
+    for route in getattr(getattr(app, "router", None), "routes", ()):
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            return child.get("endpoint")
+    return None
 
 
 _CONVERTER = re.compile(r"\{(\w+):\w+\}")

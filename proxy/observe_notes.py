@@ -32,6 +32,7 @@ __all__ = [
     "compaction_span",
     "current_compaction",
     "note_answer",
+    "note_bad_answer",
     "note_compaction_event",
     "note_embedding_failure",
     "note_late_error",
@@ -184,3 +185,16 @@ def note_late_error(status: int) -> None:
     status itself would have, though the span keeps the ``200`` that went out."""
     if (obs := _obs()) is not None:
         obs.late_error = status
+
+
+def note_bad_answer(provider: str, kind: str) -> None:
+    """The last provider call's answer, its status a success, held nothing the proxy could
+    use (``kind``: ``error_answer`` for an error object, ``UpstreamBadResponse`` for a body
+    that is no chat completion): a failed call, in the metrics and on its span, which
+    awaits its usage still (``RequestObs.pending``)."""
+    if (obs := _obs()) is None:
+        return
+    obs.observer.metrics.upstream_errors.labels(provider or "unnamed", kind).inc()
+    if obs.pending is not None and (tracing := obs.observer.tracing) is not None:
+        obs.pending[0].set_attribute("error.type", kind)
+        obs.pending[0].set_status(tracing.failed)

@@ -27,6 +27,7 @@ import httpx
 from proxy import chunk_faults
 from proxy.config import ProviderConfig
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout, UpstreamUnavailable
+from proxy.observe_notes import note_bad_answer
 
 if TYPE_CHECKING:
     from proxy.answers import Answer
@@ -257,12 +258,16 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
     except ValueError:
         data, parsed = None, False
     if (failure := chunk_faults.error_answer(data)) is not None:
+        note_bad_answer(provider.name, "error_answer")
         err, label = failure
         said = (
             f"{provider_name(provider)} answered {resp.status_code} with an error, not a completion"
         )
         message, label = resp.scrub(str(err.get("message"))), resp.scrub(label)
         raise UpstreamBadResponse(f"{said}: {message}", log_message=f"{said} ({label})")
+    why = chunk_faults.malformed(data, "message") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or why is not None:
+        note_bad_answer(provider.name, UpstreamBadResponse.__name__)
     if not isinstance(data, dict):
         kind = resp.headers.get("content-type") or "no content type"
         hint = "check the provider's baseUrl"
@@ -275,7 +280,7 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
             f"{provider_name(provider)} answered {resp.status_code} with a body that is not a "
             f"JSON chat completion ({kind}); {hint}"
         )
-    if (why := chunk_faults.malformed(data, "message")) is not None:
+    if why is not None:
         raise UpstreamBadResponse(
             f"{provider_name(provider)} answered a malformed chat completion ({why})"
         )

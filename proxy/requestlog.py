@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "RequestRecord",
     "UpstreamTimer",
+    "apart",
     "begin",
     "current",
     "deadline_at",
@@ -60,6 +61,22 @@ def end(token: Token[RequestRecord | None]) -> None:
 
 def current() -> RequestRecord | None:
     return _current.get()
+
+
+T = TypeVar("T")
+
+
+async def apart(work: Awaitable[T]) -> T:
+    """Run ``work`` (the body of a task a request starts and does not wait for: a background
+    compaction, a promotion) under a record of its own, which keeps the request's ids and
+    its ``obs`` (the task's lines name the request; its span and counts are the request's)
+    but none of its clocks: the task's provider calls and session waits run beside the
+    request's, and added to its record they counted as time the request spent on providers
+    or waiting for its session (``upstream_ms`` past ``duration_ms``, the overhead read as
+    none). A task copies its context when made, so the record it sets is its own."""
+    if (record := _current.get()) is not None:
+        _current.set(RequestRecord(record.request_id, record.session_id, obs=record.obs))
+    return await work
 
 
 def note_session(session_id: str) -> None:

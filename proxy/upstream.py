@@ -39,10 +39,10 @@ from proxy.answers import (
     read_capped,
     response_headers,
     scrubbed,
-    sent_authorization,
+    sent_secrets,
 )
 from proxy.config import ProviderConfig
-from proxy.credentials import scrub_text, secrets_of
+from proxy.credentials import scrub_text
 from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.logs import without_credentials
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
@@ -114,7 +114,7 @@ def _redirect_target(resp: httpx.Response) -> str:
     location = resp.headers.get("location")
     if not location:
         return "an unnamed address"
-    said = without_credentials(scrub_text(location, secrets_of(sent_authorization(resp.request))))
+    said = without_credentials(scrub_text(location, sent_secrets(resp.request)))
     cut = min((at for at in (said.find("?"), said.find("#")) if at >= 0), default=-1)
     return said if cut < 0 else f"{said[: cut + 1]}…"
 

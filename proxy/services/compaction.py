@@ -46,6 +46,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy import requestlog
 from proxy.bus import EventBus
 from proxy.bus_payloads import stamp_now
 from proxy.cascade.ledger import apply_ledger
@@ -118,7 +119,9 @@ class DurableSummarizer:
         key = (job.tenant, job.session_id)
         if key in self._tasks and not self._tasks[key].done():
             return False
-        task = asyncio.create_task(self._run_background(job), name=f"compact:{job.session_id}")
+        task = asyncio.create_task(
+            requestlog.apart(self._run_background(job)), name=f"compact:{job.session_id}"
+        )
         self._tasks[key] = task
         task.add_done_callback(
             lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t else None
@@ -390,6 +393,6 @@ class DurableSummarizer:
             async with Lent(self.pool, self.acquire_timeout) as lent:
                 await promote(self.upstream, self.bus, lent, job, span, count=self.count)
 
-        task = asyncio.create_task(run(), name=f"promote:{job.session_id}")
+        task = asyncio.create_task(requestlog.apart(run()), name=f"promote:{job.session_id}")
         self._promotions.add(task)
         task.add_done_callback(self._promotions.discard)

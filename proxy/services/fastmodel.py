@@ -19,8 +19,9 @@ from typing import Any
 
 from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
-from proxy.credentials import scrub_text, secrets_of
-from proxy.observe import note_usage
+from proxy.credentials import scrub_text
+from proxy.errors import UpstreamBadResponse
+from proxy.observe import note_bad_answer, note_usage
 from proxy.provider_errors import provider_name
 
 __all__ = [
@@ -245,6 +246,11 @@ async def _post(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     )
 
 
+class ErrorEvent(ValueError):
+    """A streamed answer holding the provider's error event: its call failed as an error
+    object sent with a 200 does (``error_answer``)."""
+
+
 def answer_data(resp: Any) -> Any:
     """The chat completion a successful ``resp`` holds: its JSON body, or, for an answer
     streamed although the call asked for none (a gateway that always streams), one built
@@ -267,7 +273,7 @@ _TOO_DEEP = "the answer's JSON nests too deep"
 def _scrubbing(resp: Any) -> Callable[[str], str]:
     """What scrubs the credential ``resp``'s call sent from a text of its body, which comes
     unscrubbed on a success (``Upstream.call`` scrubs an error's)."""
-    sent = secrets_of(answers.sent_authorization(getattr(resp, "request", None)))
+    sent = answers.sent_secrets(getattr(resp, "request", None))
     return lambda text: scrub_text(text, sent)
 
 
@@ -297,7 +303,7 @@ def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:
             raise ValueError("a streamed chunk is no JSON object")
         if chunk.get("error") is not None:
             quoted = scrub(sse.event_data(event) or "")[:300]
-            raise ValueError(f"the stream broke off with an error: {quoted}")
+            raise ErrorEvent(f"the stream broke off with an error: {quoted}")
         acc.add(chunk)
     if acc.finish_reason(0) is None and not done:
         raise ValueError("the stream was cut: it ends with neither a finish reason nor [DONE]")
@@ -316,12 +322,19 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     streamed answer as its chunks joined (``answer_data``)."""
     if resp.status_code >= 400:
         return resp.status_code, _error_head(resp.text)
-    data = answer_data(resp)
-    if isinstance(data.get("error"), dict) and "choices" not in data:
-        head = _scrubbing(resp)(resp.text)[:300]
-        raise ValueError(f"an error answered with status {resp.status_code}: {head}")
+    kind = UpstreamBadResponse.__name__  # the call failed, as the metrics and its span say
+    try:
+        data = answer_data(resp)
+        if isinstance(data.get("error"), dict) and "choices" not in data:
+            kind = "error_answer"
+            head = _scrubbing(resp)(resp.text)[:300]
+            raise ValueError(f"an error answered with status {resp.status_code}: {head}")
+        text = content_text(data["choices"][0]["message"].get("content"))
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        note_bad_answer(job.provider.name, "error_answer" if isinstance(exc, ErrorEvent) else kind)
+        raise
     note_usage(job.fast_model, data.get("usage"))
-    return resp.status_code, content_text(data["choices"][0]["message"].get("content"))
+    return resp.status_code, text
 
 
 def retry_after(resp: Any) -> float | None:

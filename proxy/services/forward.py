@@ -41,7 +41,7 @@ from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, relay_round
 from proxy.services.request import ChatContext, Route, Step
 from proxy.services.round_answer import drop, keepalive_until, read_refusal, round_response
-from proxy.services.round_outcome import RoundOutcome
+from proxy.services.round_outcome import RoundOutcome, stream_failure
 from proxy.services.toolloop import split_calls
 from proxy.services.turn import Turn
 from proxy.services.usage_option import UsageOption
@@ -319,4 +319,6 @@ class Forwarder:
                     failed = True
                 yield piece
         finally:
+            if out.provider_error or out.error:  # a 200 that failed: the call's error.type
+                resp.failed(stream_failure(out))
             await resp.aclose()

@@ -18,7 +18,7 @@ from proxy.answers import size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.relay_calls import Calls
 
-__all__ = ["RoundOutcome", "broke_off", "capped", "ends"]
+__all__ = ["RoundOutcome", "broke_off", "capped", "ends", "stream_failure"]
 
 
 @dataclass(slots=True)
@@ -81,3 +81,11 @@ def broke_off(exc: Exception, out: RoundOutcome) -> None:
     out.error = f"the provider's stream broke off ({type(exc).__name__})"
     if isinstance(exc, httpx.TimeoutException):
         out.error_code = UpstreamTimeout.code
+
+
+def stream_failure(out: RoundOutcome) -> str:
+    """How a round whose status was a success failed, as its call's ``error.type`` and
+    ``cascade_upstream_errors_total`` name it: ``error_answer`` for the provider's own error
+    event, ``UpstreamBadResponse`` for a stream cut short, malformed or over the cap (a break
+    is its exception's type, which the answer already holds)."""
+    return "error_answer" if out.provider_error else UpstreamBadResponse.__name__

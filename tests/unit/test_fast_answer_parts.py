@@ -20,6 +20,8 @@ _BRIEFING = (
     "## Files & State\n(none)\n\n## Open Tasks\n- finish the fix\n\n## Next Step\nrun the tests"
 )
 
+_JOB = SimpleNamespace(fast_model="fast", provider=SimpleNamespace(name="p"))
+
 
 class _Reply:
     status_code = 200
@@ -35,13 +37,13 @@ class _Reply:
 def test_an_answer_in_parts_reads_as_its_text_parts() -> None:
     thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "## Objective\nno"}]}
     reply = _Reply([thinking, {"type": "text", "text": _BRIEFING}])
-    status, text = read_fast_answer(SimpleNamespace(fast_model="fast"), reply)
+    status, text = read_fast_answer(_JOB, reply)
     assert status == 200 and text == _BRIEFING
     assert parse_briefing(text) == _BRIEFING
 
 
 def test_a_string_answer_is_read_as_it_is() -> None:
-    _, text = read_fast_answer(SimpleNamespace(fast_model="fast"), _Reply(_BRIEFING))
+    _, text = read_fast_answer(_JOB, _Reply(_BRIEFING))
     assert text == _BRIEFING
 
 
@@ -66,7 +68,7 @@ class _Streamed:
 
 def test_a_streamed_answer_reads_as_its_chunks_joined() -> None:
     reply = _Streamed([_BRIEFING[:40], _BRIEFING[40:]], "stop")
-    status, text = read_fast_answer(SimpleNamespace(fast_model="fast"), reply)
+    status, text = read_fast_answer(_JOB, reply)
     assert status == 200 and text == _BRIEFING
     data = answer_data(reply)
     assert data["choices"][0]["finish_reason"] == "stop"
@@ -108,7 +110,7 @@ def test_a_stream_with_an_error_event_is_unusable_and_quotes_it_without_the_key(
     error = {"error": {"message": f"upstream reset (key {_KEY})", "type": "server_error"}}
     reply = _Raw(_frames(_content(_BRIEFING[:40]), error) + "data: [DONE]\n\n")
     with pytest.raises(ValueError, match="upstream reset") as caught:
-        read_fast_answer(SimpleNamespace(fast_model="fast"), reply)
+        read_fast_answer(_JOB, reply)
     assert _KEY not in str(caught.value) and "[REDACTED]" in str(caught.value)
 
 
@@ -118,12 +120,12 @@ def test_a_stream_cut_before_its_finish_reason_and_done_is_unusable() -> None:
     is whole."""
     cut = _Raw(_frames(_content(_BRIEFING[:40]), _content(_BRIEFING[40:])))
     with pytest.raises(ValueError, match="cut"):
-        read_fast_answer(SimpleNamespace(fast_model="fast"), cut)
+        read_fast_answer(_JOB, cut)
     done = _Raw(_frames(_content(_BRIEFING)) + "data: [DONE]\n\n")
-    assert read_fast_answer(SimpleNamespace(fast_model="fast"), done) == (200, _BRIEFING)
+    assert read_fast_answer(_JOB, done) == (200, _BRIEFING)
     stop = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     finished = _Raw(_frames(_content(_BRIEFING), stop))
-    assert read_fast_answer(SimpleNamespace(fast_model="fast"), finished) == (200, _BRIEFING)
+    assert read_fast_answer(_JOB, finished) == (200, _BRIEFING)
 
 
 def test_an_answer_nested_past_the_decoders_depth_is_a_value_error() -> None:
@@ -133,4 +135,4 @@ def test_an_answer_nested_past_the_decoders_depth_is_a_value_error() -> None:
     deep = '{"choices": ' + "[" * 5000 + "]" * 5000 + "}"
     for text in (deep, f"data: {deep}\n\ndata: [DONE]\n\n"):
         with pytest.raises(ValueError, match="nests too deep"):
-            read_fast_answer(SimpleNamespace(fast_model="fast"), _Raw(text))
+            read_fast_answer(_JOB, _Raw(text))

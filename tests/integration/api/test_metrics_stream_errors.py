@@ -1,0 +1,62 @@
+"""A provider stream that failed in its body, its status a 200, is a failed provider call in
+``cascade_upstream_errors_total`` as one that broke off is: an error event in it
+(``error_answer``, OpenAI's overloaded ``server_error`` mid-answer), or a stream that ended
+cleanly but short (no finish reason, no ``[DONE]``: ``UpstreamBadResponse``, its error
+frame's code). Uncounted, a provider failing every stream this way showed no error at all:
+the request is a 200 and the call's status too."""
+
+from __future__ import annotations
+
+import json
+
+from tests.fakes.replies import raw
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.test_metrics import CHAT_ROUTE, post_chat, scrape
+
+_CHUNK = {
+    "id": "c1",
+    "object": "chat.completion.chunk",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}],
+}
+_FAILURE = {"error": {"message": "overloaded", "type": "server_error", "code": None}}
+
+
+def test_a_stream_failed_in_its_body_is_a_failed_provider_call(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    start = f"data: {json.dumps(_CHUNK)}\n\n"
+    fake_upstream.script(
+        raw(start, f"data: {json.dumps(_FAILURE)}\n\n", "data: [DONE]\n\n"),
+        raw(start),
+    )
+    for sid in ("in-band", "cut-short"):
+        resp = post_chat(proxy.origin, CHAT_ROUTE, sid, stream=True)
+        assert resp.status_code == 200 and '"error"' in resp.text, resp.text
+    errors = {
+        s.labels["error_type"]: s.value
+        for s in scrape(proxy.origin).samples
+        if s.name == "cascade_upstream_errors_total"
+    }
+    assert errors == {"error_answer": 1, "UpstreamBadResponse": 1}
+
+
+def test_a_whole_success_holding_an_error_or_no_completion_is_a_failed_provider_call(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The same for a whole answer: an error object sent with a 200 (``error_answer``), or a
+    body that is no chat completion (``UpstreamBadResponse``); the client gets its 502."""
+    as_json = {"content-type": "application/json"}
+    fake_upstream.script(
+        raw(json.dumps(_FAILURE), headers=as_json), raw("<html>login</html>", headers={})
+    )
+    for sid in ("whole-error", "whole-html"):
+        assert post_chat(proxy.origin, CHAT_ROUTE, sid).status_code == 502
+    errors = {
+        s.labels["error_type"]: s.value
+        for s in scrape(proxy.origin).samples
+        if s.name == "cascade_upstream_errors_total"
+    }
+    assert errors == {"error_answer": 1, "UpstreamBadResponse": 1}
