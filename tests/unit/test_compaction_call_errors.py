@@ -38,7 +38,7 @@ class _Upstream:
 
 _JOB = SimpleNamespace(
     session_id="s-1",
-    provider=SimpleNamespace(base_url="http://p"),
+    provider=SimpleNamespace(base_url="http://p", name="p"),
     headers={},
     query=(),
     fast_model="fast",

@@ -49,7 +49,7 @@ def _completion(content: str) -> str:
 
 _JOB = SimpleNamespace(
     session_id="s-1",
-    provider=SimpleNamespace(base_url="http://p"),
+    provider=SimpleNamespace(base_url="http://p", name="p"),
     headers={},
     query=(),
     fast_model="fast",
