@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "MAX_BODY_VALUES",
     "MAX_FIELD_DEPTH",
     "TooDeep",
     "dumps",
@@ -23,6 +24,7 @@ __all__ = [
     "loads_exact",
     "loads_json",
     "storable",
+    "values_over",
 ]
 
 loads = orjson.loads
@@ -72,6 +74,47 @@ MAX_FIELD_DEPTH = 512
 writes 254, and a field past that goes upstream through ``json``, whose recursion takes
 about 1000 less the stack of the request handling it; a deeper one is the client's 400.
 A message's content is held to the same (``history.chain``)."""
+
+
+MAX_BODY_VALUES = 1_000_000
+"""How many JSON values (arrays, objects and the items in them) a client's chat body may
+hold: parsed, each is a Python object of tens of bytes where the body can spend two on it
+(``0,``), so a body of tiny items holds many times its size (docs/perf.md), where one of
+text holds about its size. A message is a few values (its object, role and content; a
+tool call about six more), so a million takes a history of well over 100,000 messages."""
+
+_STRUCTURE = (b",", b"[", b"{")
+_SLICE = 1 << 20  # bytes split at a time: a slice's pieces are all that is held at once
+
+
+def _structure(data: bytes) -> int:
+    return sum(map(data.count, _STRUCTURE))
+
+
+def values_over(data: bytes, limit: int) -> bool:
+    """Whether ``data`` holds more than ``limit`` values, counted in the bytes before
+    anything is parsed. Every value but the outermost is an item of an array or object that
+    is not empty, and each such one holds one item more than its commas: outside strings,
+    commas and ``[``/``{`` less the empty ``[]``/``{}``, plus one, is the count (or a few
+    more, where a slice's edge parts an empty pair). A body of no more bytes than ``limit``
+    is not read at all, and one with fewer commas and brackets in all is read once per
+    byte: only a body past that has its strings (a pasted file's brackets, a text's commas)
+    skipped to count again, its escapes blanked so that the quotes left alternate in and
+    out of strings. At least half its strings are values (a key has a value beside it), so
+    one of more than four quotes per value allowed is past without that."""
+    if len(data) <= limit or _structure(data) < limit:
+        return False
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    if data.count(b'"') // 4 > limit:
+        return True
+    count, inside = 1, False
+    for start in range(0, len(data), _SLICE):
+        pieces = data[start : start + _SLICE].split(b'"')
+        outside = b'"'.join(pieces[int(inside) :: 2])  # joined so no "[" "]" pair up
+        count += _structure(outside) - outside.count(b"[]") - outside.count(b"{}")
+        inside ^= len(pieces) % 2 == 0
+    return count > limit
 
 
 def _depth(value: Any) -> int:

@@ -121,6 +121,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         resent=state.chat.bodies,
         key=key,
         setting=MAX_BODY_BYTES,
+        values=state.settings.max_body_values,
     )
     _check_body(body, state.chat.bodies.checked(key, body))
     state.chat.bodies.mark_checked(key, body)
