@@ -72,8 +72,30 @@ def _check_body(body: dict[str, Any], checked: int = 0) -> None:
         raise ClientRequestError(
             "'stream_options.include_usage' must be a boolean", param="stream_options.include_usage"
         )
+    for name in _COUNTS:
+        value = body.get(name)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ClientRequestError(
+                f"'{name}' must be an integer of at least 1 (got {_shown(value)})", param=name
+            )
     _check_messages(body, checked)
 
+
+# Counts the proxy reads (the output its budget reserves; several choices, which take no
+# read_tool_output): a string, boolean or float was read as no count, or true as 1.
+_COUNTS = ("max_tokens", "max_completion_tokens", "n")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as its JSON says it (``true``, ``-5``, ``100.0``), else its JSON type."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) or isinstance(value, int) and abs(value) < 10**40:
+        return str(value)
+    return _KINDS.get(type(value), "no number")
+
+
+_KINDS: dict[type, str] = {str: "a string", list: "an array", dict: "an object"}
 
 _ID_TYPES = (str, type(None))  # a tool_call_id, or none (absent, or null as some SDKs send)
 
