@@ -83,12 +83,13 @@ hold: parsed, each is a Python object of tens of bytes where the body can spend 
 text holds about its size. A message is a few values (its object, role and content; a
 tool call about six more), so a million takes a history of well over 100,000 messages."""
 
-_STRUCTURE = (b",", b"[", b"{")
+_OTHERS = bytes(set(range(256)) - set(b",[{"))
 _SLICE = 1 << 20  # bytes split at a time: a slice's pieces are all that is held at once
 
 
 def _structure(data: bytes) -> int:
-    return sum(map(data.count, _STRUCTURE))
+    """How many commas, ``[`` and ``{`` ``data`` holds: one pass, where a count is one each."""
+    return len(data.translate(None, _OTHERS))
 
 
 def values_over(data: bytes, limit: int) -> bool:
