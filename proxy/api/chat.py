@@ -35,6 +35,7 @@ from proxy.api.deps import (
 )
 from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.errors import ClientRequestError
+from proxy.jsonio import dumps
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
@@ -87,15 +88,12 @@ _COUNTS = ("max_tokens", "max_completion_tokens", "n")
 
 
 def _shown(value: Any) -> str:
-    """``value`` as its JSON says it (``true``, ``-5``, ``100.0``), else its JSON type."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) or isinstance(value, int) and abs(value) < 10**40:
-        return str(value)
-    return _KINDS.get(type(value), "no number")
+    """``value`` as JSON writes it (``true``, ``-5``, ``100.0``), else its JSON type."""
+    if isinstance(value, str | list | dict):
+        return {str: "a string", list: "an array", dict: "an object"}[type(value)]
+    text = dumps(value).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
-
-_KINDS: dict[type, str] = {str: "a string", list: "an array", dict: "an object"}
 
 _ID_TYPES = (str, type(None))  # a tool_call_id, or none (absent, or null as some SDKs send)
 

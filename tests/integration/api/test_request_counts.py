@@ -27,6 +27,7 @@ BAD_COUNTS = {
     "max_tokens_float": ("max_tokens", 100.0, "got 100.0"),
     "max_tokens_negative": ("max_tokens", -5, "got -5"),
     "max_tokens_zero": ("max_tokens", 0, "got 0"),
+    "max_tokens_long": ("max_tokens", -(10**50), "got -1" + "0" * 37 + "…"),
     "max_completion_tokens_string": ("max_completion_tokens", "100", "got a string"),
     "max_completion_tokens_array": ("max_completion_tokens", [100], "got an array"),
     "n_string": ("n", "2", "got a string"),
