@@ -24,6 +24,7 @@ __all__ = [
     "loads_exact",
     "loads_json",
     "storable",
+    "structure",
     "values_over",
 ]
 
@@ -87,7 +88,7 @@ _OTHERS = bytes(set(range(256)) - set(b",[{"))
 _SLICE = 1 << 20  # bytes split at a time: a slice's pieces are all that is held at once
 
 
-def _structure(data: bytes) -> int:
+def structure(data: bytes) -> int:
     """How many commas, ``[`` and ``{`` ``data`` holds: one pass, where a count is one each."""
     return len(data.translate(None, _OTHERS))
 
@@ -103,7 +104,7 @@ def values_over(data: bytes, limit: int) -> bool:
     skipped to count again, its escapes blanked so that the quotes left alternate in and
     out of strings. At least half its strings are values (a key has a value beside it), so
     one of more than four quotes per value allowed is past without that."""
-    if len(data) <= limit or _structure(data) < limit:
+    if len(data) <= limit or structure(data) < limit:
         return False
     if b"\\" in data:
         data = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
@@ -113,7 +114,7 @@ def values_over(data: bytes, limit: int) -> bool:
     for start in range(0, len(data), _SLICE):
         pieces = data[start : start + _SLICE].split(b'"')
         outside = b'"'.join(pieces[int(inside) :: 2])  # joined so no "[" "]" pair up
-        count += _structure(outside) - outside.count(b"[]") - outside.count(b"{}")
+        count += structure(outside) - outside.count(b"[]") - outside.count(b"{}")
         inside ^= len(pieces) % 2 == 0
     return count > limit
 
