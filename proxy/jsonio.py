@@ -15,11 +15,13 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "HELD_CONTAINER",
     "MAX_BODY_VALUES",
     "MAX_FIELD_DEPTH",
     "TooDeep",
     "dumps",
     "dumps_sorted",
+    "held",
     "loads",
     "loads_exact",
     "loads_json",
@@ -117,6 +119,48 @@ def values_over(data: bytes, limit: int) -> bool:
         count += structure(outside) - outside.count(b"[]") - outside.count(b"{}")
         inside ^= len(pieces) % 2 == 0
     return count > limit
+
+
+HELD_CONTAINER = 64
+"""What ``held`` counts an array or object as, in characters: parsed, one holds tens of
+bytes where its JSON can spend two (``[]``)."""
+
+
+def held(value: Any) -> int:
+    """About how many characters' worth a parsed ``value`` (a message) holds, for a cache
+    bounded by characters: its strings' characters, and each array and object in it
+    (content parts, tool calls, a client's own field) as ``HELD_CONTAINER``, so that a
+    message of tiny items is not held at many times its weight. An object's values beside
+    strings are weighed by their JSON at orjson's C speed (a cold history is weighed message
+    by message), brackets in their strings counted too; what orjson refuses is walked."""
+    if type(value) is not dict:
+        return _walked(value)
+    total = 0
+    for item in value.values():
+        if type(item) is str:
+            total += len(item)
+        elif type(item) is dict or type(item) is list:
+            try:
+                written = orjson.dumps(item)
+            except orjson.JSONEncodeError:  # an integer past 64 bits, a deep nesting
+                total += _walked(item)
+            else:
+                total += len(written)
+                total += HELD_CONTAINER * (written.count(b"[") + written.count(b"{"))
+    return total
+
+
+def _walked(value: Any) -> int:
+    """``held`` of ``value`` by a walk, without recursion."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict | list):
+            total += HELD_CONTAINER
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return total
 
 
 def _depth(value: Any) -> int:

@@ -24,51 +24,16 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from proxy.history import chain
+from proxy.jsonio import held
 
 __all__ = ["ChainCache"]
 
 
 def _weight(msg: Any) -> int:
-    """About what a parsed message holds: its strings' characters, plus a fixed overhead,
-    and each array and object in it (content parts, tool calls, a client's own field) as
-    ``_CONTAINER`` characters: parsed, one holds tens of bytes where its JSON can spend two
-    (``[]``), so a message of tiny items weighed by its characters alone is held at many
-    times its weight. A value beside strings is weighed by its JSON (orjson's C speed: a
-    cold history is weighed message by message), brackets in its strings counted too."""
-    if type(msg) is not dict:
-        return 100 + _held(msg)
-    total = 100
-    for value in msg.values():
-        if type(value) is str:
-            total += len(value)
-        elif type(value) is dict or type(value) is list:
-            try:
-                written = orjson.dumps(value)
-            except orjson.JSONEncodeError:  # an integer past 64 bits, a deep nesting
-                total += _held(value)
-            else:
-                total += len(written)
-                total += _CONTAINER * (written.count(b"[") + written.count(b"{"))
-    return total
-
-
-_CONTAINER = 64
-
-
-def _held(value: Any) -> int:
-    """``_weight``'s count of ``value`` by a walk, for what orjson does not write."""
-    total, stack = 0, [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            total += len(item)
-        elif isinstance(item, dict | list):
-            total += _CONTAINER
-            stack.extend(item.values() if isinstance(item, dict) else item)
-    return total
+    """About what a parsed message holds: its strings' characters and each array and object
+    in it (``jsonio.held``), plus a fixed overhead."""
+    return 100 + held(msg)
 
 
 class ChainCache:
