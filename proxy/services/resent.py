@@ -100,10 +100,9 @@ def _split(raw: bytes) -> int | None:
 class ResentBodies:
     """The bodies last parsed per named session, bounded by their bytes (``max_bytes``) and
     by their commas and brackets (a bound on their values; ``max_values``, by default one
-    in eight of those bytes):
-    parsed, a body of tiny items holds many times its bytes, and these stay held between
-    requests. Bodies with fewer of those in their bytes (agent histories, whose text is
-    most of them) are bounded by their bytes alone."""
+    in eight of those bytes): parsed, a body of tiny items holds many times its bytes, and
+    these stay held between requests. Bodies with fewer of those in their bytes (agent
+    histories, whose text is most of them) are bounded by their bytes alone."""
 
     def __init__(
         self,
