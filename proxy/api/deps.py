@@ -20,7 +20,7 @@ from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
-from proxy.jsonio import TooDeep, loads_exact
+from proxy.jsonio import TooDeep, loads_exact, values_over
 from proxy.requestlog import note_session
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
@@ -39,6 +39,7 @@ __all__ = [
     "UpstreamDep",
     "read_body",
     "MAX_BODY_BYTES",
+    "MAX_BODY_VALUES",
     "read_json_body",
     "json_object",
     "session_path_id",
@@ -176,6 +177,9 @@ LocksDep = Annotated[SessionLocks, Depends(get_locks)]
 MAX_BODY_BYTES = "CASCADE_MAX_BODY_BYTES"
 """The setting that bounds the chat and embeddings bodies; the other routes' limits are fixed."""
 
+MAX_BODY_VALUES = "CASCADE_MAX_BODY_VALUES"
+"""The setting that bounds how many JSON values a chat body holds (``jsonio.values_over``)."""
+
 
 async def read_body(request: Request, limit: int, *, setting: str | None = None) -> bytes:
     """The request body, or 413 past ``limit`` bytes (declared or streamed), cut off there:
@@ -208,16 +212,24 @@ async def read_json_body(
     key: Any = None,
     setting: str | None = None,
     optional: bool = False,
+    values: int | None = None,
 ) -> dict[str, Any]:
     """Read at most ``limit`` bytes and parse a JSON object, with errors a person can act on.
 
     With ``resent``, a body that extends the one last read under ``key`` is parsed
     incrementally (``services.resent``); the result is the same either way. With
-    ``optional``, no body at all is ``{}``.
+    ``optional``, no body at all is ``{}``. With ``values``, a body holding more JSON
+    values is a 413 before it is parsed: parsed, a body of tiny items holds tens of times
+    its size (``jsonio.MAX_BODY_VALUES``).
     """
     raw = await read_body(request, limit, setting=setting)
     if optional and not raw:
         return {}
+    if values is not None and values_over(raw, values):
+        raise PayloadTooLarge(
+            f"request body holds more than {values} JSON values (arrays, objects and the items"
+            f" in them); the limit is {MAX_BODY_VALUES}: send fewer"
+        )
     return json_object(raw, resent=resent, key=key)
 
 

@@ -10,7 +10,8 @@ replica served the last request, or the entry was evicted) costs the full hash, 
 It is bounded by messages and by the characters of their content, whichever is reached
 first (the least recently used sessions go): the lists it keeps are the parsed requests
 themselves, and a message count alone let a few hundred agent sessions with large tool
-results hold hundreds of megabytes.
+results hold hundreds of megabytes. A message holding more than strings is weighed by
+all it holds (``_weight``).
 
 It also remembers each session's stored head (length, chain hash) as this replica last left
 it: the guess that lets a request store its new messages in the statement that takes the
@@ -24,16 +25,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.history import chain
+from proxy.jsonio import held
 
 __all__ = ["ChainCache"]
 
 
 def _weight(msg: Any) -> int:
-    """About what a parsed message holds: its content's characters, plus a fixed overhead."""
-    content = msg.get("content") if isinstance(msg, dict) else None
-    if isinstance(content, str):
-        return 100 + len(content)
-    return 100 + (len(str(content)) if content else 0)
+    """About what a parsed message holds: its strings' characters and each array and object
+    in it (``jsonio.held``), plus a fixed overhead."""
+    return 100 + held(msg)
 
 
 class ChainCache:

@@ -31,6 +31,7 @@ from proxy.cascade.tokens import MemoCounter
 from proxy.cascade.truncation import Ingested
 from proxy.cascade.types import Message
 from proxy.config_context import ContextConfig
+from proxy.jsonio import held
 
 __all__ = ["IngestMemo"]
 
@@ -46,12 +47,12 @@ class _Entry:
 
 
 def _weight(msg: Message, got: Ingested) -> int:
-    """About the characters an entry holds beyond what the session's own caches hold."""
-    content = got.message.get("content")
-    size = 100 + (len(content) if isinstance(content, str) else 0)
+    """About the characters an entry holds beyond what the session's own caches hold: the
+    message it was given and the one ingesting gave, when another (``jsonio.held``: a
+    message of tiny items weighs what it holds parsed, not its content's characters)."""
+    size = 100 + held(got.message)
     if got.message is not msg:
-        given = msg.get("content")
-        size += len(given) if isinstance(given, str) else 0
+        size += held(msg)
     return size
 
 

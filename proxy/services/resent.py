@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.jsonio import loads, loads_exact
+from proxy.jsonio import loads, loads_exact, structure
 
 __all__ = ["ResentBodies"]
 
@@ -53,6 +53,7 @@ class _Entry:
     end: int  # offset just after the last message of its messages array
     body: dict[str, Any]  # what it parsed to
     checked: int = 0  # how many leading messages of ``body`` its caller's check passed
+    values: int = 0  # its commas and brackets: at least its values less one
 
 
 def _split(raw: bytes) -> int | None:
@@ -97,11 +98,24 @@ def _split(raw: bytes) -> int | None:
 
 
 class ResentBodies:
-    def __init__(self, *, max_bytes: int = 32 << 20, min_bytes: int = 8 << 10) -> None:
+    """The bodies last parsed per named session, bounded by their bytes (``max_bytes``) and
+    by their commas and brackets (a bound on their values; ``max_values``, by default one
+    in eight of those bytes): parsed, a body of tiny items holds many times its bytes, and
+    these stay held between requests. Bodies with fewer of those in their bytes (agent
+    histories, whose text is most of them) are bounded by their bytes alone."""
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = 32 << 20,
+        min_bytes: int = 8 << 10,
+        max_values: int | None = None,
+    ) -> None:
         self._entries: OrderedDict[Any, _Entry] = OrderedDict()
-        self._size = 0
+        self._size = self._values = 0
         self._max = max_bytes
         self._min = min_bytes
+        self._max_values = max_bytes // 8 if max_values is None else max_values
 
     def parse(self, key: Any, raw: bytes) -> Any:
         """``loads(raw)``, sped up for a body that extends the last one cached under ``key``
@@ -112,13 +126,14 @@ class ResentBodies:
         if entry is not None:
             body = _extend(entry, raw)
             if body is not None:
-                self._put(key, _Entry(raw, body[1], body[0], entry.checked))
+                grown = entry.values + structure(raw[entry.end : body[1]])
+                self._put(key, _Entry(raw, body[1], body[0], entry.checked, grown))
                 return body[0]
         parsed = loads_exact(raw)
         if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
             end = _split(raw)
             if end is not None:
-                self._put(key, _Entry(raw, end, parsed))
+                self._put(key, _Entry(raw, end, parsed, values=structure(raw)))
         return parsed
 
     def checked(self, key: Any, body: Any) -> int:
@@ -135,22 +150,25 @@ class ResentBodies:
         entry = self._entries.get(key)
         if entry is not None and entry.body is body:
             count = len(body["messages"])
-            self._entries[key] = _Entry(entry.raw, entry.end, entry.body, count)
+            self._entries[key] = _Entry(entry.raw, entry.end, entry.body, count, entry.values)
 
     def _pop(self, key: Any) -> _Entry | None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._size -= len(entry.raw)
+            self._values -= entry.values
         return entry
 
     def _put(self, key: Any, entry: _Entry) -> None:
-        if len(entry.raw) > self._max:
+        if len(entry.raw) > self._max or entry.values > self._max_values:
             return
         self._entries[key] = entry
         self._size += len(entry.raw)
-        while self._size > self._max:
+        self._values += entry.values
+        while self._size > self._max or self._values > self._max_values:
             _, dropped = self._entries.popitem(last=False)
             self._size -= len(dropped.raw)
+            self._values -= dropped.values
 
 
 def _extend(entry: _Entry, raw: bytes) -> tuple[dict[str, Any], int] | None:

@@ -53,13 +53,27 @@ def test_heads_are_remembered_forgotten_and_bounded() -> None:
 
 
 def test_cache_stays_within_its_character_budget() -> None:
-    cache = ChainCache(max_chars=3 * (100 + 1000) * 4)
+    cache = ChainCache(max_chars=3 * (100 + 4 + 1000) * 4)  # overhead, role and content
     big = [{"role": "tool", "content": "y" * 1000}] * 4
     for n in range(5):
         cache.chain(("t", f"s{n}"), big)
-    assert cache._chars <= 3 * 1100 * 4 and len(cache._entries) == 3
+    assert cache._chars <= 3 * 1104 * 4 and len(cache._entries) == 3
     cache.chain(("t", "s4"), [*big, {"role": "user", "content": "z"}])  # grows past the cap
-    assert cache._chars == 1100 * 4 + (1100 * 4 + 101)
+    assert cache._chars == 1104 * 4 + (1104 * 4 + 105)
     assert list(cache._entries) == [("t", "s3"), ("t", "s4")]  # the oldest made room
     cache.chain(("t", "huge"), [{"role": "tool", "content": "y" * 20_000}])  # never kept
     assert list(cache._entries) == [("t", "s3"), ("t", "s4")]
+
+
+def test_a_message_of_tiny_items_weighs_what_it_holds_parsed() -> None:
+    """Only content's characters were weighed: a message holding a client's field of a
+    hundred thousand empty arrays weighed 100, so the budget let thousands of such
+    sessions be held, each tens of megabytes parsed."""
+    tiny = [{"role": "user", "content": "hi", "x": [[] for _ in range(100_000)]}]
+    cache = ChainCache(max_chars=3_000_000)
+    for n in range(3):
+        cache.chain(("t", f"s{n}"), tiny)
+    assert len(cache._entries) == 0  # each alone is past the budget
+    parts = [{"role": "user", "content": [{"type": "text", "text": "y" * 1000}]}]
+    cache.chain(("t", "parts"), parts)
+    assert 1000 < cache._chars < 1400  # content parts weigh about their text

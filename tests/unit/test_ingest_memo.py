@@ -90,3 +90,15 @@ def test_the_memo_stays_within_its_character_budget() -> None:
     _rows(_history(), ContextConfig(), memo)
     assert memo._chars <= 20_000
     assert sum(e.weight for e in memo._entries.values()) == memo._chars
+
+
+def test_a_message_of_tiny_items_weighs_what_it_holds_parsed() -> None:
+    """Only content's characters were weighed: a message holding a client's field of a
+    hundred thousand empty arrays weighed about 100, so the budget let a great many such
+    messages (each tens of megabytes parsed) be held."""
+    tiny = {"role": "user", "content": "hi", "x": [[] for _ in range(100_000)]}
+    memo = IngestMemo(max_chars=3_000_000)
+    _rows([tiny], ContextConfig(), memo)
+    assert memo._entries == {}  # past the budget alone
+    _rows([{"role": "user", "content": "hi", "x": [[]] * 10}], ContextConfig(), memo)
+    assert 100 < memo._chars < 2_000

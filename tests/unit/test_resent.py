@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from proxy.jsonio import loads_exact
+from proxy.jsonio import loads_exact, structure
 from proxy.services.resent import ResentBodies
 
 KEY = ("tenant", "session")
@@ -145,11 +145,32 @@ def test_unnamed_small_and_duplicate_key_bodies_are_not_cached() -> None:
 
 def test_the_cache_is_bounded_by_the_bytes_it_holds() -> None:
     raw = orjson.dumps({"model": "m", "messages": _history(3)})
-    cache = ResentBodies(min_bytes=0, max_bytes=2 * len(raw) + 10)
+    cache = ResentBodies(min_bytes=0, max_bytes=2 * len(raw) + 10, max_values=10**9)
     firsts = [cache.parse(("t", str(i)), raw)["messages"][0] for i in range(3)]
     assert cache.parse(("t", "2"), raw)["messages"][0] is firsts[2]
     assert cache.parse(("t", "1"), raw)["messages"][0] is firsts[1]
     assert cache.parse(("t", "0"), raw)["messages"][0] is not firsts[0]  # dropped for room
+
+
+def test_the_cache_is_bounded_by_the_commas_and_brackets_it_holds() -> None:
+    """Parsed, a body of tiny items holds many times its bytes, and a cached one stays
+    held: the bodies are bounded by their commas and brackets too, counted anew for what
+    an extended body adds."""
+    tiny = orjson.dumps({"model": "m", "messages": [{"role": "user", "c": [0] * 20}] * 100})
+    held = structure(tiny)
+    cache = ResentBodies(min_bytes=0, max_bytes=100 * len(tiny), max_values=held * 5 // 2)
+    firsts = [cache.parse(("t", str(i)), tiny)["messages"][0] for i in range(3)]
+    assert cache.parse(("t", "2"), tiny)["messages"][0] is firsts[2]
+    assert cache.parse(("t", "1"), tiny)["messages"][0] is firsts[1]
+    assert cache.parse(("t", "0"), tiny)["messages"][0] is not firsts[0]  # dropped for room
+    grown = orjson.dumps({"model": "m", "messages": [{"role": "user", "c": [0] * 20}] * 160})
+    assert (
+        cache.parse(("t", "0"), grown)["messages"][0]
+        is cache.parse(("t", "0"), grown)["messages"][0]
+    )  # extended, and kept: 1.6 bodies' worth
+    assert cache.parse(("t", "1"), tiny)["messages"][0] is not firsts[1]  # dropped for it
+    alone = ResentBodies(min_bytes=0, max_values=held - 1)  # one body past it: never held
+    assert alone.parse(KEY, tiny)["messages"][0] is not alone.parse(KEY, tiny)["messages"][0]
 
 
 _JSON = st.recursive(

@@ -1,0 +1,73 @@
+"""What a chat body of tiny items costs to read: peak RSS and time, each in a fresh process.
+
+``python -m bench.body_memory [--mib 32] [--shapes '[[]]',0]``
+
+For each shape, a body of ``--mib`` MiB (``CASCADE_MAX_BODY_BYTES``'s default) is built with
+that item repeated in an unknown field, and read as the chat route reads it: first counted
+(``jsonio.values_over`` at the default ``MAX_BODY_VALUES``), then parsed (``loads_exact``)
+only when the count passes. ``unbounded`` parses without the count, as before the bound.
+The body is written to a file the child reads whole; peak RSS is the child's ``ru_maxrss``
+less its peak once it holds the body, before it is read as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+
+SHAPES = ("[[]]", "{}", "[]", "0", "1.5", '""', '"text, with [brackets]"')
+
+_CHILD = """
+import json, resource, sys, time
+from proxy.jsonio import MAX_BODY_VALUES, loads_exact, values_over
+
+with open(sys.argv[1], "rb") as f:
+    raw = f.read()
+bounded = sys.argv[2] == "1"
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB: the peak with the body
+t = time.perf_counter()
+refused = bounded and values_over(raw, MAX_BODY_VALUES)
+body = None if refused else loads_exact(raw)
+took = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"refused": refused, "seconds": round(took, 3),
+                  "peak_mb": round((peak - before) / 1024)}))
+"""
+
+
+def measure(shape: str, size: int, bounded: bool) -> dict[str, object]:
+    head = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"extra":['
+    item = shape.encode() + b","
+    with tempfile.NamedTemporaryFile(suffix=".json") as body:
+        body.write(head + item * ((size - len(head) - 3) // len(item)) + b"0]}")
+        body.flush()
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, body.name, "1" if bounded else "0"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=32)
+    parser.add_argument("--shapes", default=",".join(SHAPES[:4]))
+    args = parser.parse_args()
+    size = args.mib << 20
+    print("| shape | mode | refused | seconds | peak MB over holding the body |")
+    print("|---|---|---|---|---|")
+    for shape in args.shapes.split(","):
+        for bounded in (False, True):
+            r = measure(shape, size, bounded)
+            mode = "bounded" if bounded else "unbounded"
+            print(f"| `{shape}` | {mode} | {r['refused']} | {r['seconds']} | {r['peak_mb']} |")
+
+
+if __name__ == "__main__":
+    main()
