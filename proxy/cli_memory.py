@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.cli_api import call_api, path_segment
-from proxy.cli_sessions import next_page, offset_of, page_params
+from proxy.cli_paging import next_page, offset_of, page_params, past_the_end
 from proxy.cli_text import cell, table
 
 __all__ = ["run_memory"]
@@ -27,21 +27,6 @@ def _ls(body: dict[str, Any]) -> str:
     if not rows:
         return "no facts in this scope (for this API key)"
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)
-
-
-def _ls_from(offset: int, cursor: str) -> Callable[[dict[str, Any]], str]:
-    """:func:`_ls`, but an empty page at ``--offset`` N says nothing is at N or past it:
-    "no facts" would read as if the scope had none (the API gives no count); one at
-    ``--cursor`` says the scope's list ends there."""
-
-    def shown(body: dict[str, Any]) -> str:
-        if body["data"]:
-            return _ls(body)
-        if cursor:
-            return "no facts past that --cursor (the list ends there)"
-        return f"no facts at --offset {offset} or past it (this scope has at most {offset})"
-
-    return shown
 
 
 def _suggestions(body: dict[str, Any]) -> str:
@@ -82,8 +67,7 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
     if args.action == "ls":
         request = ("GET", "/v1/memory", {"scope": args.scope, **page_params(args)}, None)
         note = next_page(args.limit, offset_of(args))
-        if offset_of(args) or args.cursor:
-            render = _ls_from(offset_of(args), args.cursor)
+        render = past_the_end(render, args, "facts", "this scope")
     elif args.action == "add":
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
     elif args.action == "suggestions":

@@ -12,7 +12,7 @@ import pytest
 
 from proxy import cli_api
 from proxy.cli import main
-from proxy.cli_sessions import next_page
+from proxy.cli_paging import next_page
 
 LISTS = [["sessions", "ls"], ["memory", "ls"], ["memory", "suggestions"]]
 URL = ["--url", "http://127.0.0.1:1"]  # nothing listens: a request would say so instead
