@@ -74,6 +74,8 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
         page = {**page_params(args), "session_id": args.session}
         request = ("GET", "/v1/memory/suggestions", page, None)
         note = next_page(args.limit, offset_of(args))
+        whose = f"session {args.session}" if args.session else "this API key"
+        render = past_the_end(render, args, "pending suggestions", whose)
     elif args.action in ("accept", "reject"):
         path = f"/v1/memory/suggestions/{path_segment(args.id)}/{args.action}"
         facts = getattr(args, "facts", None)

@@ -60,7 +60,29 @@ def test_a_cursor_is_sent_instead_of_the_offset(
         {"limit": 100, "offset": 0, "cursor": None},
     ]
     out = capsys.readouterr().out
-    assert "past that --cursor" in out.splitlines()[0] or command[1] == "suggestions", out
+    assert "past that --cursor (the list ends there)" in out.splitlines()[0], out
+
+
+@pytest.mark.parametrize("command", LISTS, ids=" ".join)
+def test_an_empty_page_past_a_start_is_not_an_empty_list(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows before an offset or a cursor may still be there (pending suggestions read on a
+    first page and not answered yet): an empty page there says where it was read, not that
+    the key has none, as a first page does."""
+
+    def answer(method: str, url: str, **kw: Any) -> httpx.Response:
+        body = {"object": "list", "data": [], "has_more": False, "next_cursor": None}
+        return httpx.Response(200, json=body, request=httpx.Request(method, url))
+
+    monkeypatch.setattr(cli_api.httpx, "request", answer)
+    said = []
+    for start in (["--offset", "4"], ["--cursor", "eyJhIjoxfQ"], []):
+        assert main([*command, *start, *URL]) == 0
+        said.append(capsys.readouterr().out.strip())
+    assert "at --offset 4 or past it" in said[0] and "at most 4)" in said[0], said
+    assert said[1].endswith("past that --cursor (the list ends there)"), said
+    assert said[2].startswith("no ") and "past" not in said[2], said
 
 
 def test_the_note_names_the_next_cursor_where_the_list_gives_one() -> None:
