@@ -29,17 +29,18 @@ def _ls(body: dict[str, Any]) -> str:
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)
 
 
-def _suggestions(body: dict[str, Any]) -> str:
+def _suggestions(body: dict[str, Any], whose: str = "this API key") -> str:
     """Each suggestion, then each of its facts whole on a line of its own: a fact is
     reviewed from what is shown and named by its exact text (``accept --fact``), which a
-    table cell's width would cut."""
+    table cell's width would cut. None says ``whose`` list was asked (one session's, with
+    ``--session``)."""
     blocks = []
     for s in body["data"]:
         facts = s.get("facts") or []
         n = f"{len(facts)} fact{'' if len(facts) == 1 else 's'}"
         head = f"{cell(s['id'])}  session {cell(s.get('session_id'))}, {cell(s.get('scope'))}"
         blocks.append("\n".join([f"{head}: {n}", *(f"  - {cell(f)}" for f in facts)]))
-    return "\n".join(blocks) if blocks else "no pending suggestions (for this API key)"
+    return "\n".join(blocks) if blocks else f"no pending suggestions (for {whose})"
 
 
 def _accepted(body: dict[str, Any]) -> str:
@@ -75,7 +76,7 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
         request = ("GET", "/v1/memory/suggestions", page, None)
         note = next_page(args.limit, offset_of(args))
         whose = f"session {args.session}" if args.session else "this API key"
-        render = past_the_end(render, args, "pending suggestions", whose)
+        render = past_the_end(lambda b: _suggestions(b, whose), args, "pending suggestions", whose)
     elif args.action in ("accept", "reject"):
         path = f"/v1/memory/suggestions/{path_segment(args.id)}/{args.action}"
         facts = getattr(args, "facts", None)

@@ -97,3 +97,19 @@ def test_the_note_names_the_next_cursor_where_the_list_gives_one() -> None:
     # text no shell takes as one word is quoted, and no control character reaches stderr
     said = note({"data": rows, "has_more": True, "next_cursor": "a b\x1b[31m"})
     assert said == "(more follow: --cursor 'a b\\x1b[31m')"
+
+
+def test_no_pending_suggestions_of_one_session_name_the_session(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--session`` asks of one session: none there is not none for the key."""
+
+    def answer(method: str, url: str, **kw: Any) -> httpx.Response:
+        body = {"object": "list", "data": [], "has_more": False, "next_cursor": None}
+        return httpx.Response(200, json=body, request=httpx.Request(method, url))
+
+    monkeypatch.setattr(cli_api.httpx, "request", answer)
+    assert main(["memory", "suggestions", "--session", "s1", *URL]) == 0
+    assert capsys.readouterr().out.strip() == "no pending suggestions (for session s1)"
+    assert main(["memory", "suggestions", *URL]) == 0
+    assert capsys.readouterr().out.strip() == "no pending suggestions (for this API key)"
