@@ -83,8 +83,9 @@ function occupancyBar(s, limit) {
 // thousands of sessions sends one page per visit to the list, not every session, and the
 // filter still finds any. `sessions` are the rows read for `listQuery`, `listCursor` the place
 // after the last of them (the page's next_cursor: a session made or used between two pages
-// goes to the front, before it, so the next page neither repeats a row nor skips one, as an
-// offset pushed down by it did), `listMore` whether more follow.
+// goes to the front, before it, so the next page neither repeats a row nor skips one still
+// past it, as an offset pushed down by it did; the one at the front shows at the next read
+// from the top), `listMore` whether more follow.
 const LIST_ROWS = 500;
 const FILTER_MS = 250; // typing pauses this long before the proxy is asked
 let listQuery = "";
