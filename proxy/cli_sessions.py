@@ -10,6 +10,7 @@ it is, for scripts; otherwise a table a person reads. The HTTP call itself is
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,7 +51,8 @@ def _content(message: dict[str, Any]) -> str:
     return str(content or "")
 
 
-def _ls(body: dict[str, Any]) -> str:
+def _ls(body: dict[str, Any], what: str = "sessions") -> str:
+    """The sessions as a table; none says ``what`` was asked (those matching a filter)."""
     rows = [
         (
             s["id"],
@@ -64,7 +66,7 @@ def _ls(body: dict[str, Any]) -> str:
         for s in body["data"]  # absent: not this API's answer (call_api says so)
     ]
     if not rows:
-        return "no sessions (for this API key)"
+        return f"no {what} (for this API key)"
     return table(("ID", "AGENT", "MODEL", "MESSAGES", "OCCUPANCY", "RECLAIMED", "UPDATED"), rows)
 
 
@@ -163,6 +165,9 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: 
     if args.action in ("ls", "messages"):
         note = next_page(args.limit, offset_of(args))
         what, whose = ("sessions", "this API key") if args.action == "ls" else ("messages", args.id)
+        if args.action == "ls" and args.filter:  # none matching is not none for the key
+            what = f'sessions matching "{args.filter}"'
+            render = functools.partial(_ls, what=what)
         render = past_the_end(render, args, what, whose)
     return call_api(
         args,

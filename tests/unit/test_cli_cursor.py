@@ -113,3 +113,25 @@ def test_no_pending_suggestions_of_one_session_name_the_session(
     assert capsys.readouterr().out.strip() == "no pending suggestions (for session s1)"
     assert main(["memory", "suggestions", *URL]) == 0
     assert capsys.readouterr().out.strip() == "no pending suggestions (for this API key)"
+
+
+def test_no_sessions_matching_a_filter_say_the_filter(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--filter`` keeps the sessions that match: none matching is not none for the key,
+    on a first page or past a start."""
+
+    def answer(method: str, url: str, **kw: Any) -> httpx.Response:
+        body = {"object": "list", "data": [], "has_more": False, "next_cursor": None}
+        return httpx.Response(200, json=body, request=httpx.Request(method, url))
+
+    monkeypatch.setattr(cli_api.httpx, "request", answer)
+    said = []
+    for start in ([], ["--offset", "5"], ["--cursor", "eyJhIjoxfQ"]):
+        assert main(["sessions", "ls", "--filter", "web", *start, *URL]) == 0
+        said.append(capsys.readouterr().out.strip())
+    assert said == [
+        'no sessions matching "web" (for this API key)',
+        'no sessions matching "web" at --offset 5 or past it (this API key has at most 5)',
+        'no sessions matching "web" past that --cursor (the list ends there)',
+    ]
