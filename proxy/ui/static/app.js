@@ -113,14 +113,24 @@ function sessionRow(s) {
   el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }));
 }
 
+// The button while a page is read: it takes no press (a second would read the same page, a
+// press during a first page would page the list it replaces), yet keeps the focus, which a
+// disabled button gives up to the page's body, where the keyboard starts over at the top.
+function reading(on) {
+  $("sessions-more").setAttribute("aria-disabled", String(on));
+}
+
 // The rows `added` to the list (all of them: `sessions`, for a first page), appended to the
 // rows shown for a next page, so a long list does not build its rows again at each press.
+// The last page hides the button; the focus on it goes to the first session that page added.
 function renderList(added, more) {
+  const pressed = document.activeElement === $("sessions-more");
   $("sessions-more").hidden = !listMore;
-  $("sessions-more").disabled = false;
+  reading(false);
   const rows = added.map(sessionRow);
   if (more) $("session-list").append(...rows);
   else $("session-list").replaceChildren(...rows);
+  if (pressed && !listMore) (rows[0]?.querySelector("a") || $("list-title")).focus();
   // Empty says why: no session at all for this key, or none the filter matches.
   $("list-empty").textContent = listQuery
     ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
@@ -137,7 +147,7 @@ async function readList(more) {
   const asked = ++listing;
   const q = more ? listQuery : $("filter").value.trim();
   const after = more ? listCursor : null;
-  $("sessions-more").disabled = true;
+  reading(true);
   try {
     const page = await api.sessions(q, after, LIST_ROWS);
     if (asked !== listing) return;
@@ -151,7 +161,7 @@ async function readList(more) {
     renderList(added, more);
   } catch (err) {
     if (asked !== listing) return;
-    $("sessions-more").disabled = false;
+    reading(false);
     handleError(err, "Could not list the sessions");
   }
 }
@@ -226,7 +236,9 @@ function boot() {
     clearTimeout(filterTimer);
     filterTimer = setTimeout(() => readList(false), FILTER_MS);
   });
-  $("sessions-more").addEventListener("click", () => readList(true));
+  $("sessions-more").addEventListener("click", () => {
+    if ($("sessions-more").getAttribute("aria-disabled") !== "true") readList(true);
+  });
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();
