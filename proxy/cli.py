@@ -222,7 +222,9 @@ def _page_options(p: argparse.ArgumentParser, limit: int, *, cursor: bool = Fals
             "--cursor",
             default="",
             help="start after the place a page's note (or its next_cursor) names, which rows "
-            "made or gone meanwhile do not move; not with --offset (default: the first page)",
+            "made or gone meanwhile do not move; a place in the list's order, not in its "
+            "filter: give that page's other options again; not with --offset (default: the "
+            "first page)",
         )
 
 

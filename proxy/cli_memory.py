@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.cli_api import call_api, path_segment
-from proxy.cli_sessions import next_page, offset_of, page_params
+from proxy.cli_paging import next_page, offset_of, page_params, past_the_end
 from proxy.cli_text import cell, table
 
 __all__ = ["run_memory"]
@@ -29,32 +29,18 @@ def _ls(body: dict[str, Any]) -> str:
     return table(("ID", "SCOPE", "CREATED", "FACT"), rows)
 
 
-def _ls_from(offset: int, cursor: str) -> Callable[[dict[str, Any]], str]:
-    """:func:`_ls`, but an empty page at ``--offset`` N says nothing is at N or past it:
-    "no facts" would read as if the scope had none (the API gives no count); one at
-    ``--cursor`` says the scope's list ends there."""
-
-    def shown(body: dict[str, Any]) -> str:
-        if body["data"]:
-            return _ls(body)
-        if cursor:
-            return "no facts past that --cursor (the list ends there)"
-        return f"no facts at --offset {offset} or past it (this scope has at most {offset})"
-
-    return shown
-
-
-def _suggestions(body: dict[str, Any]) -> str:
+def _suggestions(body: dict[str, Any], whose: str = "this API key") -> str:
     """Each suggestion, then each of its facts whole on a line of its own: a fact is
     reviewed from what is shown and named by its exact text (``accept --fact``), which a
-    table cell's width would cut."""
+    table cell's width would cut. None says ``whose`` list was asked (one session's, with
+    ``--session``)."""
     blocks = []
     for s in body["data"]:
         facts = s.get("facts") or []
         n = f"{len(facts)} fact{'' if len(facts) == 1 else 's'}"
         head = f"{cell(s['id'])}  session {cell(s.get('session_id'))}, {cell(s.get('scope'))}"
         blocks.append("\n".join([f"{head}: {n}", *(f"  - {cell(f)}" for f in facts)]))
-    return "\n".join(blocks) if blocks else "no pending suggestions (for this API key)"
+    return "\n".join(blocks) if blocks else f"no pending suggestions (for {whose})"
 
 
 def _accepted(body: dict[str, Any]) -> str:
@@ -82,14 +68,15 @@ def run_memory(args: argparse.Namespace, url: str, key: str | None, key_from: st
     if args.action == "ls":
         request = ("GET", "/v1/memory", {"scope": args.scope, **page_params(args)}, None)
         note = next_page(args.limit, offset_of(args))
-        if offset_of(args) or args.cursor:
-            render = _ls_from(offset_of(args), args.cursor)
+        render = past_the_end(render, args, "facts", "this scope")
     elif args.action == "add":
         request = ("POST", "/v1/memory", {}, {"scope": args.scope, "text": args.text})
     elif args.action == "suggestions":
         page = {**page_params(args), "session_id": args.session}
         request = ("GET", "/v1/memory/suggestions", page, None)
         note = next_page(args.limit, offset_of(args))
+        whose = f"session {args.session}" if args.session else "this API key"
+        render = past_the_end(lambda b: _suggestions(b, whose), args, "pending suggestions", whose)
     elif args.action in ("accept", "reject"):
         path = f"/v1/memory/suggestions/{path_segment(args.id)}/{args.action}"
         facts = getattr(args, "facts", None)

@@ -4,20 +4,21 @@ Talks HTTP to the proxy (``GET /v1/sessions``, ``/{id}``, ``/{id}/messages``, ``
 /{id}/compact|branch|reset``, ``DELETE /{id}``) with the bearer token an agent would use,
 because sessions are scoped by that token's tenant. ``--json`` prints the API's answer as
 it is, for scripts; otherwise a table a person reads. The HTTP call itself is
-``proxy.cli_api``'s, shared with ``cascade-proxy memory``.
+``proxy.cli_api``'s and its paging ``proxy.cli_paging``'s, shared with ``cascade-proxy memory``.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.cli_api import call_api, path_segment
-from proxy.cli_text import cell, printable, table
+from proxy.cli_paging import next_page, offset_of, page_params, past_the_end
+from proxy.cli_text import cell, table
 
-__all__ = ["next_page", "offset_of", "page_params", "run_sessions", "ACTIONS"]
+__all__ = ["run_sessions", "ACTIONS"]
 
 _ROUTES: dict[str, tuple[str, str]] = {
     "ls": ("GET", "/v1/sessions"),
@@ -50,7 +51,8 @@ def _content(message: dict[str, Any]) -> str:
     return str(content or "")
 
 
-def _ls(body: dict[str, Any]) -> str:
+def _ls(body: dict[str, Any], what: str = "sessions") -> str:
+    """The sessions as a table; none says ``what`` was asked (those matching a filter)."""
     rows = [
         (
             s["id"],
@@ -64,7 +66,7 @@ def _ls(body: dict[str, Any]) -> str:
         for s in body["data"]  # absent: not this API's answer (call_api says so)
     ]
     if not rows:
-        return "no sessions (for this API key)"
+        return f"no {what} (for this API key)"
     return table(("ID", "AGENT", "MODEL", "MESSAGES", "OCCUPANCY", "RECLAIMED", "UPDATED"), rows)
 
 
@@ -162,8 +164,11 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: 
     note = None
     if args.action in ("ls", "messages"):
         note = next_page(args.limit, offset_of(args))
-        if offset_of(args) or bool(getattr(args, "cursor", "")):
-            render = _past_the_end(render, args)
+        what, whose = ("sessions", "this API key") if args.action == "ls" else ("messages", args.id)
+        if args.action == "ls" and args.filter:  # none matching is not none for the key
+            what = f'sessions matching "{args.filter}"'
+            render = functools.partial(_ls, what=what)
+        render = past_the_end(render, args, what, whose)
     return call_api(
         args,
         url,
@@ -174,57 +179,3 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: 
         note=note,
         key_from=key_from,
     )
-
-
-def _past_the_end(
-    render: Callable[[dict[str, Any]], str], args: argparse.Namespace
-) -> Callable[[dict[str, Any]], str]:
-    """``render``, but an empty page at ``--offset`` N says that nothing is at N or past it:
-    "no sessions" read as if the key had none. The API gives no count, so all that is known
-    is that there are at most N. An empty page at ``--cursor`` says the list ends there."""
-    what, whose = ("sessions", "this API key") if args.action == "ls" else ("messages", args.id)
-
-    def shown(body: dict[str, Any]) -> str:
-        if body["data"]:
-            return render(body)
-        if getattr(args, "cursor", ""):
-            return f"no {what} past that --cursor (the list ends there)"
-        n = offset_of(args)
-        return f"no {what} at --offset {n} or past it ({whose} has at most {n})"
-
-    return shown
-
-
-def page_params(args: argparse.Namespace) -> dict[str, Any]:
-    """A list's page as the API takes it: ``--limit``, and ``--cursor`` when given (the
-    parser refuses it beside ``--offset``), else ``--offset``."""
-    cursor = getattr(args, "cursor", "")
-    return {"limit": args.limit, **({"cursor": cursor} if cursor else {"offset": offset_of(args)})}
-
-
-def offset_of(args: argparse.Namespace) -> int:
-    """``--offset``, 0 when left out (None where ``--cursor`` is its alternative)."""
-    return int(args.offset or 0)
-
-
-def next_page(limit: int, offset: int) -> Callable[[dict[str, Any]], str | None]:
-    """When more rows are past the page (the API's ``has_more``), where the next page
-    starts: a page cut at ``--limit`` reads as the whole list otherwise. A list that pages
-    by cursor names its ``next_cursor``, which rows made or gone between the pages do not
-    move as they move an offset; another list names the offset past the page. From a proxy
-    whose lists have no ``has_more``, a full page may have more."""
-
-    def note(body: dict[str, Any]) -> str | None:
-        data = body.get("data")
-        shown = len(data) if isinstance(data, list) else 0
-        more = body.get("has_more")
-        cursor = body.get("next_cursor")
-        if more is True and shown and isinstance(cursor, str) and cursor:
-            return f"(more follow: --cursor {shlex.quote(printable(cursor))})"
-        if more is True and shown:
-            return f"(more follow: --offset {offset + shown})"
-        if more is None and shown and shown >= limit:
-            return f"(a full page of {shown}; more may follow: --offset {offset + shown})"
-        return None
-
-    return note

@@ -73,13 +73,16 @@ export async function everything(path, page, from = 0) {
   }
 }
 
+// A list's page after `cursor` (a page's next_cursor) as a query parameter to append; none
+// for the first page.
+const after = (cursor) => (cursor ? `&cursor=${encodeURIComponent(cursor)}` : "");
+
 export const api = {
   // `n` sessions, latest activity first, from the start or after `cursor` (a page's
   // next_cursor: the place after its last row, which sessions made or gone between the two
   // reads do not move, as they move an offset); with `q`, only those whose id, agent or
   // model holds it (the proxy filters before it cuts the page)
-  sessions: (q, cursor, n) => call("GET", `/v1/sessions?limit=${n}` +
-    (cursor ? `&cursor=${encodeURIComponent(cursor)}` : "") +
+  sessions: (q, cursor, n) => call("GET", `/v1/sessions?limit=${n}${after(cursor)}` +
     (q ? `&q=${encodeURIComponent(q)}` : "")),
   models: () => call("GET", "/v1/models"),
   session: (id) => call("GET", `/v1/sessions/${encodeURIComponent(id)}`),
@@ -106,8 +109,7 @@ export const api = {
     const data = [];
     for (let cursor = ""; ;) {
       const page = await call("GET", "/v1/memory/suggestions?session_id=" +
-        `${encodeURIComponent(id)}&limit=1000` +
-        (cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""));
+        `${encodeURIComponent(id)}&limit=1000${after(cursor)}`);
       data.push(...(page.data || []));
       cursor = page.next_cursor;
       if (!page.has_more || !cursor || !(page.data || []).length) return { data };

@@ -83,8 +83,9 @@ function occupancyBar(s, limit) {
 // thousands of sessions sends one page per visit to the list, not every session, and the
 // filter still finds any. `sessions` are the rows read for `listQuery`, `listCursor` the place
 // after the last of them (the page's next_cursor: a session made or used between two pages
-// goes to the front, before it, so the next page neither repeats a row nor skips one, as an
-// offset pushed down by it did), `listMore` whether more follow.
+// goes to the front, before it, so the next page neither repeats a row nor skips one still
+// past it, as an offset pushed down by it did; the one at the front shows at the next read
+// from the top), `listMore` whether more follow.
 const LIST_ROWS = 500;
 const FILTER_MS = 250; // typing pauses this long before the proxy is asked
 let listQuery = "";
@@ -112,14 +113,24 @@ function sessionRow(s) {
   el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }));
 }
 
+// The button while a page is read: it takes no press (a second would read the same page, a
+// press during a first page would page the list it replaces), yet keeps the focus, which a
+// disabled button gives up to the page's body, where the keyboard starts over at the top.
+function reading(on) {
+  $("sessions-more").setAttribute("aria-disabled", String(on));
+}
+
 // The rows `added` to the list (all of them: `sessions`, for a first page), appended to the
 // rows shown for a next page, so a long list does not build its rows again at each press.
+// The last page hides the button; the focus on it goes to the first session that page added.
 function renderList(added, more) {
+  const pressed = document.activeElement === $("sessions-more");
   $("sessions-more").hidden = !listMore;
-  $("sessions-more").disabled = false;
+  reading(false);
   const rows = added.map(sessionRow);
   if (more) $("session-list").append(...rows);
   else $("session-list").replaceChildren(...rows);
+  if (pressed && !listMore) (rows[0]?.querySelector("a") || $("list-title")).focus();
   // Empty says why: no session at all for this key, or none the filter matches.
   $("list-empty").textContent = listQuery
     ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
@@ -136,7 +147,7 @@ async function readList(more) {
   const asked = ++listing;
   const q = more ? listQuery : $("filter").value.trim();
   const after = more ? listCursor : null;
-  $("sessions-more").disabled = true;
+  reading(true);
   try {
     const page = await api.sessions(q, after, LIST_ROWS);
     if (asked !== listing) return;
@@ -150,7 +161,7 @@ async function readList(more) {
     renderList(added, more);
   } catch (err) {
     if (asked !== listing) return;
-    $("sessions-more").disabled = false;
+    reading(false);
     handleError(err, "Could not list the sessions");
   }
 }
@@ -225,7 +236,9 @@ function boot() {
     clearTimeout(filterTimer);
     filterTimer = setTimeout(() => readList(false), FILTER_MS);
   });
-  $("sessions-more").addEventListener("click", () => readList(true));
+  $("sessions-more").addEventListener("click", () => {
+    if ($("sessions-more").getAttribute("aria-disabled") !== "true") readList(true);
+  });
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = $("new-session-id").value.trim();

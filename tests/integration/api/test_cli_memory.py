@@ -111,6 +111,34 @@ def test_memory_suggestions_page_by_cursor_past_one_answered_between_the_pages(
     assert _run(capsys, *url, "suggestions", "--limit", "1", "--offset", "1")[1].startswith("sug-c")
 
 
+def test_one_sessions_suggestions_page_by_cursor_and_as_json(
+    proxy: ProxyServer,
+    db_dsn: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--session`` pages its own suggestions by the note's ``--cursor`` (another
+    session's between them is not shown), and ``--json`` carries the same ``next_cursor``
+    for a script to page by."""
+    url = ["--url", proxy.origin]
+    monkeypatch.setenv("CASCADE_API_KEY", KEY)
+    for sid, sug in (("s1", "sug-a"), ("s2", "sug-b"), ("s1", "sug-c"), ("s1", "sug-d")):
+        suggest(db_dsn, sid, sug, [f"The fact of {sug}"])
+    mine = ["suggestions", "--session", "s1", "--limit", "1"]
+    code, out, err = _run(capsys, *url, "--json", *mine)
+    page = json.loads(out)
+    assert code == 0 and [s["id"] for s in page["data"]] == ["sug-a"] and page["has_more"]
+    assert f"(more follow: --cursor {page['next_cursor']})" in err
+    seen = []
+    for _ in range(3):
+        code, out, err = _run(capsys, *url, *mine, "--cursor", page["next_cursor"])
+        seen.append(out.split()[0])
+        if "more follow" not in err:
+            break
+        page = {"next_cursor": err.split("(more follow: --cursor ")[1].split(")")[0]}
+    assert seen == ["sug-c", "sug-d"]
+
+
 def test_memory_suggestions_are_listed_accepted_and_rejected(
     proxy: ProxyServer,
     db_dsn: str,

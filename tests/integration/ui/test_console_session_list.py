@@ -139,3 +139,24 @@ def test_a_filter_typed_before_a_next_page_is_read_after_it(
     )
     wait_for(lambda: rows.count() == 100, page)  # sess-1100 … sess-1199
     assert rows.first.get_attribute("data-session-id") == "sess-1100"
+
+
+def test_the_keyboard_keeps_its_place_through_the_pages(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """Enter on the button reads the next page; the focus stays on the button while more
+    follow, and when the last page hides it, goes to the first session that page added: left
+    on a hidden button it fell to the page's body, and the next Tab started at the top."""
+    console.page.route("**/v1/sessions?*", _stood_in(1200, []))
+    page = sign_in(console)
+    rows, more = page.get_by_test_id("session-row"), page.get_by_test_id("sessions-more")
+    more.filter(has_text="Show more sessions").wait_for()
+    more.focus()
+    more.press("Enter")
+    wait_for(lambda: rows.count() == 1000 and not more.is_disabled(), page)
+    assert page.evaluate("document.activeElement.id") == "sessions-more"
+    more.press("Enter")
+    wait_for(lambda: rows.count() == 1200, page)
+    assert more.is_hidden()
+    focused = "document.activeElement.closest('[data-testid=session-row]')?.dataset.sessionId"
+    wait_for(lambda: page.evaluate(focused) == "sess-1000", page)
