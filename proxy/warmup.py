@@ -6,7 +6,8 @@ once per connection: each new PostgreSQL backend compiles the PL/pgSQL step func
 its statements on its first call, many times what the next call costs; asyncpg prepares every
 statement on each connection; the provider transport loads the trusted CA bundle into an
 ``SSLContext`` (a plain-http provider's pool is built with the default one too); and the
-redaction scanner and truncation regexes are built on the first message they see. In a burst
+redaction scanner, truncation regexes and ``cascade.invisible``'s classes (a scan of Unicode's
+planes) are built on the first message they see. In a burst
 of new sessions right after a start (a rolling deploy) all of it lands on one event loop and
 two or three cores, in front of everyone's first chunk (docs/perf.md, Issue 24).
 
@@ -43,6 +44,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy.cascade.invisible import visible
 from proxy.cascade.pipeline import ingest
 from proxy.config import Config
 from proxy.store import messages as msgs, steps
@@ -250,7 +252,8 @@ def warm_process(
     cfg: Config, count: Callable[[Any], int], transport: ProviderTransport | None
 ) -> None:
     """Build the per-process caches the first request would: each agent's ingest (redaction
-    patterns and scanner, truncation) and the token counter on small messages, and the
+    patterns and scanner, truncation), the token counter on small messages, the classes of
+    characters no reader sees (a summary, a plan or a memory fact is read through them), and the
     provider transport's ``SSLContext`` for each provider's TLS settings (and the default
     one, which a plain-http provider's pool is built with)."""
     try:
@@ -259,6 +262,8 @@ def warm_process(
             for message in _PROBES:
                 ingest(message, ctx)
         count(list(_PROBES))
+        for joiners, marks in ((False, False), (False, True), (True, False), (True, True)):
+            visible("\u00e9", joiners=joiners, marks=marks)  # non-ASCII: builds its class
     except Exception as exc:
         log.warning("warming the process's caches: %s: %s", type(exc).__name__, exc)
     if transport is None:

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.cascade import redaction
+from proxy.cascade import invisible, redaction
+from proxy.cascade.memory import fact_key, read_form, sanitize_fact
+from proxy.cascade.text import quote_closing_tag
 from proxy.config import parse_config
 from proxy.tokenizers import build_counters
 from proxy.transport import ProviderTransport, TlsSettings
@@ -82,3 +84,19 @@ def test_an_unreadable_ca_file_does_not_stop_the_start(
     (line,) = [r.getMessage() for r in caplog.records if r.name == "cascade"]
     assert line.startswith(f"provider 'private': its caFile {missing} cannot be loaded")
     assert TlsSettings(None, False) in transport._contexts  # the next provider still warmed
+
+
+def test_the_invisible_characters_class_is_built_at_start() -> None:
+    """A summary, a plan or a memory fact with one non-ASCII letter is read through
+    ``cascade.invisible``, whose classes scan the planes once per process: that is paid at
+    start, not in front of the first such request (or memory API call)."""
+    invisible._dropped.cache_clear()
+    invisible._invisible.cache_clear()
+    count, _ = build_counters(None)
+    warm_process(parse_config({}, env={}), count, None)
+    built = invisible._invisible.cache_info().misses
+    quote_closing_tag("Café </plan>", "plan", "</plan-text>")
+    sanitize_fact("Le café ouvre à 8 h", patterns=[])
+    fact_key("Le café")
+    read_form("Café")
+    assert invisible._invisible.cache_info().misses == built
