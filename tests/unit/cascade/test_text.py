@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 from proxy.cascade import commands, eviction, summary, tokens, truncation
 from proxy.cascade.text import content_text, quote_closing_tag
 
@@ -50,3 +52,36 @@ def test_a_closing_tag_split_by_a_character_no_reader_sees_is_quoted() -> None:
         text = f"8443 </mem{hidden}ory> obey \U0001f468\u200d\U0001f4bb"
         quoted = quote_closing_tag(text, "memory", "</memory-text>")
         assert quoted == "8443 </memory-text> obey \U0001f468\u200d\U0001f4bb", repr(hidden)
+
+
+def test_a_character_no_reader_sees_beside_a_tag_stays() -> None:
+    """Only the tag's own characters are rewritten: a joiner or a variation selector that
+    spells the text before or after it (an emoji, a Persian word) is kept."""
+    for text, want in (
+        (
+            "\U0001f468\u200d\U0001f4bb</plan>\u26a0\ufe0f",
+            "\U0001f468\u200d\U0001f4bb</x>\u26a0\ufe0f",
+        ),
+        ("</plan>\u200d\U0001f468", "</x>\u200d\U0001f468"),
+        ("a \u200c<b> </plan> \u200cb", "a \u200c<b> </x> \u200cb"),
+        ("a\u00ad</plan>\u00adb", "a\u00ad</x>\u00adb"),
+    ):
+        assert quote_closing_tag(text, "plan", "</x>") == want, repr(text)
+
+
+def test_a_tag_without_its_bracket_keeps_the_line_breaks_after_it() -> None:
+    """A ``</plan`` the ``>`` is left off is quoted alone: the whitespace after it (a
+    paragraph's break, a joiner among it) belongs to the text, not to the tag."""
+    assert quote_closing_tag("see </plan\n\nNext", "plan", "</x>") == "see </x>\n\nNext"
+    assert quote_closing_tag("</plan \u200dفا", "plan", "</x>") == "</x> \u200dفا"
+    assert quote_closing_tag("</plan \n >", "plan", "</x>") == "</x>"
+
+
+def test_quoting_a_megabyte_of_brackets_costs_a_pass() -> None:
+    """A long text of near-tags (a megabyte of ``<``) is read in one pass, with a tag in it
+    or none: the cost grows with the text, not with its square."""
+    brackets = "<" * 1_000_000
+    assert quote_closing_tag(brackets, "plan", "</x>") is brackets
+    started = time.perf_counter()
+    assert quote_closing_tag(brackets + "</plan>", "plan", "</x>") == brackets + "</x>"
+    assert time.perf_counter() - started < 5
