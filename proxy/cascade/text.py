@@ -140,7 +140,7 @@ def whole_block(text: object, opening: str | tuple[str, ...], close: str) -> Typ
 
 @cache
 def _closing_tag(name: str) -> re.Pattern[str]:
-    return re.compile(rf"<\s*/\s*{re.escape(name)}(?![\w-])\s*>?", re.IGNORECASE)
+    return re.compile(rf"<\s*/\s*{re.escape(name)}(?![\w-])(?:\s*>)?", re.IGNORECASE)
 
 
 def quote_closing_tag(text: str, name: str, quoted: str) -> str:
@@ -149,8 +149,8 @@ def quote_closing_tag(text: str, name: str, quoted: str) -> str:
     tag counts (any case, spaces inside, the ``>`` left off, fullwidth forms, a character no
     reader sees inside): the text is read without those (``cascade.invisible``) in its
     compatibility form (NFKC) to find one, and only the characters a tag stands on are
-    rewritten: the rest (a ligature, a superscript, an identifier quoted verbatim) stays as
-    it came."""
+    rewritten: the rest (a ligature, a superscript, an identifier quoted verbatim, the line
+    breaks after a tag without its ``>``) stays as it came."""
     tag = _closing_tag(name)
     if not tag.search(unicodedata.normalize("NFKC", visible(text))):
         return text
