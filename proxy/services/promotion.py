@@ -124,17 +124,24 @@ def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
 
 def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
     """``text`` redacted, and read in ``read_form`` only when that form shows a secret the
-    raw text hid: folding changes what legitimate text says (Persian without its non-joiner,
-    an emoji sequence without its joiners, ``10⁹`` as ``109``), and a fact the fast model
-    took from the folded form would be stored so. The raw form is redacted first, so a
-    pattern only it matches (one written in fullwidth letters) is not undone by the fold;
-    a text whose fold changes it costs a second redaction."""
+    raw text hid, and on one line only when that does (a fact is checked on one line, its
+    line breaks and separators spaces: ``password\n=\n…``): folding changes what legitimate
+    text says (Persian without its non-joiner, an emoji sequence without its joiners,
+    ``10⁹`` as ``109``, a message without its lines), and a fact the fast model took from
+    the folded form would be stored so. The raw form is redacted first, so a pattern only it
+    matches (one written in fullwidth letters) is not undone by the fold; each fold that
+    changes the text costs another redaction."""
     shown = redact(text, patterns)[0]
-    form = read_form(shown)
-    if form == shown:  # ASCII text, and most other text: nothing to fold
-        return shown
-    folded, hidden = redact(form, patterns)
-    return folded if hidden else shown
+    for fold in (read_form, _one_line):
+        form = fold(shown)
+        if form != shown:  # ASCII text of one line, and most other text: nothing to fold
+            folded, hidden = redact(form, patterns)
+            shown = folded if hidden else shown
+    return shown
+
+
+def _one_line(text: str) -> str:
+    return " ".join(read_form(text).split())
 
 
 async def _promote(
