@@ -1,9 +1,13 @@
 from __future__ import annotations
 
 import time
+import unicodedata
+
+from hypothesis import given, settings, strategies as st
 
 from proxy.cascade import commands, eviction, summary, tokens, truncation
-from proxy.cascade.text import content_text, quote_closing_tag
+from proxy.cascade.invisible import visible
+from proxy.cascade.text import _closing_tag, content_text, quote_closing_tag
 
 PARTS = [
     {"type": "text", "text": "first"},
@@ -85,3 +89,20 @@ def test_quoting_a_megabyte_of_brackets_costs_a_pass() -> None:
     started = time.perf_counter()
     assert quote_closing_tag(brackets + "</plan>", "plan", "</x>") == brackets + "</x>"
     assert time.perf_counter() - started < 5
+
+
+_NEAR_TAGS = [
+    *"</ plan>PLAN-_x\n\t",
+    *"\uff1c\uff0f\uff50\uff1e\ufe64\ufe65\u3000\u2028\x0b\x00",  # compatibility forms
+    *"\u200b\u200c\u200d\u00ad\ufe0f\u034f\u3164\U000e0041",  # no reader sees these
+    *"\u0301\u0303\u0338\u212a\ufb01",  # they compose with a letter or fold to one
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(_NEAR_TAGS), max_size=16))
+def test_no_reader_finds_the_tag_once_it_is_quoted(text: str) -> None:
+    """Whatever spells ``</plan`` as a reader reads it (without what no reader sees, in
+    compatibility form) is quoted: none is left in the text the block wraps."""
+    quoted = quote_closing_tag(text, "plan", "</plan-text>")
+    assert not _closing_tag("plan").search(unicodedata.normalize("NFKC", visible(quoted)))
