@@ -134,8 +134,9 @@ def _compat(fact: str, *, marks: bool = False) -> str:
 def read_form(text: str) -> str:
     """``text`` as :func:`sanitize_fact` reads a fact, its lines kept: :func:`visible`, and
     compatibility forms (fullwidth letters, ligatures) as their plain characters. The
-    extraction redacts a span's messages in this form too, so it is never shown a secret the
-    fact check would see through (``ｐａｓｓｗｏｒｄ: "…"``) to restate in words no check reads."""
+    extraction redacts a span's messages in this form too (and on one line, as a fact is), so
+    it is never shown a secret the fact check would see through (``ｐａｓｓｗｏｒｄ: "…"``) to
+    restate in words no check reads."""
     return unicodedata.normalize("NFKC", visible(text))
 
 
@@ -163,7 +164,8 @@ def _verdict(
 ) -> FactVerdict:
     """:func:`sanitize_fact` beside the stored facts' :func:`fact_key` forms ``keys``."""
     fact = _clean(text)
-    if not visible(fact).strip():  # joiners and marks alone spell nothing
+    seen = visible(fact)  # what the checks read: joiners and marks alone spell nothing
+    if not seen.strip():
         return FactVerdict(None, "the fact is empty once invisible characters are removed")
     if len(fact) > max_chars:
         return FactVerdict(
@@ -171,7 +173,7 @@ def _verdict(
             f"the fact is {len(fact)} characters long; the limit is "
             f"{max_chars}: state it in a sentence",
         )
-    forms = (visible(fact), _compat(fact))
+    forms = (seen, _compat(fact))
     if _REDACTED_MARK in forms[1].casefold():
         return FactVerdict(
             None,
