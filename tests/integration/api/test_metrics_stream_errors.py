@@ -86,3 +86,22 @@ def test_a_client_that_leaves_mid_stream_fails_no_provider_call(
     )
     assert ended, "the provider call never ended"
     assert [s for s in ended.samples if s.name == "cascade_upstream_errors_total"] == []
+
+
+def test_a_stream_ended_by_its_finish_reason_alone_is_no_failed_call(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A provider that closes its stream with no ``[DONE]`` (older llama.cpp servers, some
+    gateways), its finish reason in a chunk of its own after the content, answered whole:
+    no error frame, and no failed call. One that sends neither is cut short (above)."""
+    finish = {**_CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    usage = {**_CHUNK, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    fake_upstream.script(
+        raw(f"data: {json.dumps(_CHUNK)}\n\n", f"data: {json.dumps(finish)}\n\n"),
+        raw(*(f"data: {json.dumps(c)}\n\n" for c in (_CHUNK, finish, usage))),
+    )
+    for sid in ("no-done", "no-done-usage"):
+        resp = post_chat(proxy.origin, CHAT_ROUTE, sid, stream=True)
+        assert resp.status_code == 200 and '"error"' not in resp.text, resp.text
+    samples = scrape(proxy.origin).samples
+    assert [s for s in samples if s.name == "cascade_upstream_errors_total"] == []
