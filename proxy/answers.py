@@ -126,15 +126,17 @@ def sent_authorization(request: httpx.Request | None) -> str | None:
     return sent
 
 
-_CREDENTIAL_PARAM = re.compile(r"key|token|secret|sig|auth|pass|cred", re.IGNORECASE)
+# ``code`` whole: Azure Functions' function key; a name holding it (``country_code``) is none
+_CREDENTIAL_PARAM = re.compile(r"key|token|secret|sig|auth|pass|cred|^code$", re.IGNORECASE)
 
 
 def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
     """The credentials a call sent, as its provider may quote them (``secrets_of``): its
     ``Authorization``'s, and the value of each query parameter whose name says it holds one
-    (``key``, ``api_key``, ``access_token``, ``sig`` …; a client's query goes upstream, and a
-    gateway that takes its key there quotes it back, the URL it was called at included), as
-    sent and percent-encoded. Other parameters (``api-version``) are words an error means."""
+    (``key``, ``api_key``, ``access_token``, ``sig``, ``code`` …; a client's query goes
+    upstream, and a gateway that takes its key there quotes it back, the URL it was called at
+    included), as sent and percent-encoded. Other parameters (``api-version``) are words an
+    error means."""
     if request is None:
         return ()
     found = list(secrets_of(sent_authorization(request)))

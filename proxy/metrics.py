@@ -171,7 +171,8 @@ class Metrics:
             "cascade_upstream_errors_total",
             "Provider calls that failed, by provider and error_type: the provider's status "
             "(4xx, 5xx), unreachable, or the exception that broke an answer off (ReadError) "
-            "or found nothing usable in it (UpstreamBadResponse).",
+            "or found nothing usable in it (UpstreamBadResponse), or a success holding the "
+            "provider's own error (error_answer).",
             ("provider", "error_type"),
             registry=r,
         )

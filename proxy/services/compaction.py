@@ -38,22 +38,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
 
 import asyncpg
 
 from proxy import requestlog
 from proxy.bus import EventBus
-from proxy.bus_payloads import stamp_now
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.redaction import redact
 from proxy.cascade.summary import fold_summary
-from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_STARTED, Message, TokenCounter
-from proxy.observe import compaction_span, note_compaction_event
+from proxy.cascade.types import COMPACTION_COMPLETED, Message, TokenCounter
+from proxy.observe import compaction_span
+from proxy.services.compaction_events import publish, report_started
 from proxy.services.compaction_failed import discarded, report_failed
 from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
 from proxy.services.compaction_span import (
@@ -67,7 +67,7 @@ from proxy.services.compaction_span import (
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
-from proxy.store import events, leases as claims, sessions, steps, summaries
+from proxy.store import leases as claims, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
     DatabaseUnavailable,
@@ -111,6 +111,7 @@ class DurableSummarizer:
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
         self._promotions: set[asyncio.Task[None]] = set()
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
+        self._publish = functools.partial(publish, bus)  # a compaction's events (its bus)
 
     # -- entry points ------------------------------------------------------------------
 
@@ -252,38 +253,6 @@ class DurableSummarizer:
                         backoff=result.backoff if result else None,
                     )
 
-    async def _publish(
-        self, conn: Any, job: CompactionJob, name: str, data: dict[str, Any]
-    ) -> None:
-        """Report ``name``; a session deleted meanwhile has no stream to report to (an
-        event belongs to its session), so the event is dropped, not raised."""
-        try:
-            await self.bus.publish(
-                conn,
-                tenant=job.tenant,
-                session_id=job.session_id,
-                name=name,
-                data={"trigger": job.trigger, **data},
-            )
-        except asyncpg.ForeignKeyViolationError:
-            log.info("compaction of %s: the session was deleted; %s dropped", job.session_id, name)
-        note_compaction_event(name, data)  # the metrics' count of its result
-
-    async def _started(
-        self, conn: Any, job: CompactionJob, owner: uuid.UUID, data: dict[str, Any]
-    ) -> bool:
-        """Report ``context.compaction.started`` while ``owner`` still holds the claim
-        (``events.insert_claimed_event``); False, nothing reported, once it does not."""
-        body = {"trigger": job.trigger, **data, "session_id": job.session_id, "ts": stamp_now()}
-        t, s = job.tenant, job.session_id
-        row_id = await events.insert_claimed_event(
-            conn, tenant=t, session_id=s, owner=owner, name=COMPACTION_STARTED, data=body
-        )
-        if row_id is None:
-            return False
-        note_compaction_event(COMPACTION_STARTED, data)
-        return True
-
     async def _compact(self, job: CompactionJob, owner: uuid.UUID) -> CompactionResult | None:
         """Read and plan, call the fast model, write: a connection borrowed for the first
         and the last part only."""
@@ -307,7 +276,7 @@ class DurableSummarizer:
             "tokens_before": span.before,
             "summary_version": span.version,
         }
-        if not await self._started(conn, job, owner, started):
+        if not await report_started(conn, job, owner, started):
             log.warning("compaction of %s: its claim passed; nothing folded", job.session_id)
             return span.unchanged(CLAIM_PASSED)  # None would say the session is gone
         await lent.give_back()  # none held while the fast model answers

@@ -19,7 +19,8 @@ __all__ = ["Publish", "discarded", "report_failed"]
 log = logging.getLogger("cascade.compaction")
 
 Publish = Callable[[Any, CompactionJob, str, dict[str, Any]], Awaitable[None]]
-"""The summarizer's ``_publish``: reports one event of the compaction's session."""
+"""``compaction_events.publish`` bound to the summarizer's bus: reports one event of the
+compaction's session."""
 
 
 async def discarded(conn: Connection, job: CompactionJob) -> tuple[str, str]:

@@ -37,3 +37,17 @@ def test_the_fast_models_error_head_is_scrubbed_of_a_query_key() -> None:
     body = scrubbed(403, f'{{"error": {{"message": "key {KEY} refused"}}}}'.encode(), request)
     status, head = read_fast_answer(None, Answer(403, httpx.Headers(), body, request))
     assert status == 403 and KEY not in head and REDACTED in head
+
+
+def test_an_azure_functions_key_sent_as_code_is_scrubbed() -> None:
+    """A gateway hosted on Azure Functions takes its function key in ``?code=``: a name that
+    says nothing of a key, but whose value is one. A parameter that merely ends so
+    (``country_code``) is a word an error means, and stays."""
+    request = httpx.Request(
+        "POST",
+        "http://gw.test/api/v1/chat/completions",
+        params={"code": KEY, "country_code": "de-DE-1"},
+    )
+    out = scrubbed(401, f"no access for {request.url} (de-DE-1)".encode(), request).decode()
+    assert KEY not in out and REDACTED in out
+    assert "(de-DE-1)" in out

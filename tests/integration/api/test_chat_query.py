@@ -25,15 +25,16 @@ def test_the_query_string_goes_upstream_with_the_chat_request(
         model="gpt-fake",
         messages=MESSAGES,
         stream=stream,
-        extra_query={"api-version": "2024-10-21", "tag": ["a", "b"]},
+        extra_query={"api-version": "2024-10-21", "tag": ["a", "b"], "key": "gw-key-0123456"},
     )
     if stream:
         list(answer)  # type: ignore[arg-type]
     client.chat.completions.create(model="gpt-fake", messages=MESSAGES, stream=stream)
 
     queries = [r.query for r in fake_upstream.requests if r.path == CHAT]
-    # (the SDK writes a list as tag[]=a&tag[]=b; both values go on, in order)
-    assert queries == ["api-version=2024-10-21&tag%5B%5D=a&tag%5B%5D=b", ""]
+    # (the SDK writes a list as tag[]=a&tag[]=b; both values go on, in order; a key goes on
+    # as sent: only a provider's error is scrubbed of it, answers.sent_secrets)
+    assert queries == ["api-version=2024-10-21&tag%5B%5D=a&tag%5B%5D=b&key=gw-key-0123456", ""]
 
 
 def test_a_proxy_key_in_the_query_string_stays_back(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.services import compaction, compaction_span
+from proxy.services import compaction_events, compaction_span
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Agent, Model, stack
 from tests.integration.api.test_compact_command import SUMMARIZE, history, http
@@ -25,19 +25,19 @@ def test_a_forced_compaction_whose_claim_passed_at_its_start_answers_nothing_fol
     model = Model()
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
         history(Agent(s.client("passed")))
-        real = compaction.events.insert_claimed_event
+        real = compaction_events.events.insert_claimed_event
 
         async def passed(conn: Any, **kw: Any) -> int | None:
             return None  # the lease expired and another compaction claimed the session
 
-        monkeypatch.setattr(compaction.events, "insert_claimed_event", passed)
+        monkeypatch.setattr(compaction_events.events, "insert_claimed_event", passed)
         with http(s) as h:
             resp = h.post("/v1/sessions/passed/compact")
         assert resp.status_code == 200, resp.text
         out = resp.json()
         assert out["compacted"] is False and out["folded"] == 0 and "claim" in out["reason"]
         assert not model.fast_times and s.events("passed", STARTED) == []
-        monkeypatch.setattr(compaction.events, "insert_claimed_event", real)
+        monkeypatch.setattr(compaction_events.events, "insert_claimed_event", real)
         with http(s) as h:
             again = h.post("/v1/sessions/passed/compact")
         assert again.status_code == 200 and again.json()["compacted"] is True, again.text

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
-from tests.fakes.replies import raw
+import httpx
+
+from tests.fakes.replies import Pacer, raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.test_metrics import CHAT_ROUTE, post_chat, scrape
 
 _CHUNK = {
@@ -60,3 +62,46 @@ def test_a_whole_success_holding_an_error_or_no_completion_is_a_failed_provider_
         if s.name == "cascade_upstream_errors_total"
     }
     assert errors == {"error_answer": 1, "UpstreamBadResponse": 1}
+
+
+def test_a_client_that_leaves_mid_stream_fails_no_provider_call(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A stream its client hung up on ends short too, with no finish reason or ``[DONE]``
+    read: that is the client's doing, no failure of the provider's, and counts as none."""
+    pacer = Pacer(20)  # the provider's first frame comes, the rest waits on the test
+    fake_upstream.script(reply("a long answer in parts", chunks=5, pacer=pacer))
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"authorization": "Bearer sk-test-client", "x-session-id": "gone-mid-stream"}
+    with (
+        httpx.Client(base_url=proxy.origin, headers=headers, timeout=10) as http,
+        http.stream("POST", CHAT_ROUTE, json=body) as resp,
+    ):
+        assert resp.status_code == 200
+        assert next(line for line in resp.iter_lines() if line.startswith("data:"))
+    assert wait_for(lambda: fake_upstream.disconnects, timeout=5)
+    pacer.allow(100)
+    ended = wait_for(  # the call's end is counted once the proxy closed its stream
+        lambda: (m := scrape(proxy.origin)).value("cascade_upstream_duration_seconds_count") and m
+    )
+    assert ended, "the provider call never ended"
+    assert [s for s in ended.samples if s.name == "cascade_upstream_errors_total"] == []
+
+
+def test_a_stream_ended_by_its_finish_reason_alone_is_no_failed_call(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A provider that closes its stream with no ``[DONE]`` (older llama.cpp servers, some
+    gateways), its finish reason in a chunk of its own after the content, answered whole:
+    no error frame, and no failed call. One that sends neither is cut short (above)."""
+    finish = {**_CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    usage = {**_CHUNK, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    fake_upstream.script(
+        raw(f"data: {json.dumps(_CHUNK)}\n\n", f"data: {json.dumps(finish)}\n\n"),
+        raw(*(f"data: {json.dumps(c)}\n\n" for c in (_CHUNK, finish, usage))),
+    )
+    for sid in ("no-done", "no-done-usage"):
+        resp = post_chat(proxy.origin, CHAT_ROUTE, sid, stream=True)
+        assert resp.status_code == 200 and '"error"' not in resp.text, resp.text
+    samples = scrape(proxy.origin).samples
+    assert [s for s in samples if s.name == "cascade_upstream_errors_total"] == []
