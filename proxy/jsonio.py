@@ -19,6 +19,7 @@ __all__ = [
     "MAX_BODY_VALUES",
     "MAX_FIELD_DEPTH",
     "TooDeep",
+    "blank_escapes",
     "dumps",
     "dumps_sorted",
     "held",
@@ -121,7 +122,7 @@ def values_count(data: bytes, limit: int) -> int:
     if total < limit:
         return total + 1
     if b"\\" in data:
-        data = _blanked(data)
+        data = blank_escapes(data)
     if data.count(b'"') // 4 > limit:
         return data.count(b'"') // 4
     return 1 + values_in(data, blanked=True)
@@ -134,7 +135,7 @@ def values_in(data: bytes, *, blanked: bool = False) -> int:
     they are, so that the quotes left alternate in and out of strings; it is split 1 MiB
     at a time."""
     if not blanked and b"\\" in data:
-        data = _blanked(data)
+        data = blank_escapes(data)
     count, inside = 0, False
     for start in range(0, len(data), _SLICE):
         pieces = data[start : start + _SLICE].split(b'"')
@@ -144,7 +145,7 @@ def values_in(data: bytes, *, blanked: bool = False) -> int:
     return count
 
 
-def _blanked(data: bytes) -> bytes:
+def blank_escapes(data: bytes) -> bytes:
     """``data`` with each escaped backslash and quote made two plain bytes."""
     return data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
 

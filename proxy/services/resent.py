@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.jsonio import loads, loads_exact, structure, values_in
+from proxy.jsonio import blank_escapes, loads, loads_exact, structure, values_in
 
 __all__ = ["ResentBodies"]
 
@@ -122,11 +122,15 @@ class ResentBodies:
         """``raw``'s values (``jsonio.values_count``) when it extends the body cached under
         ``key`` and that one's were counted: those plus the new items' (``values_in``), so a
         long history is not counted whole again for each message added to it. The bytes on
-        either side of the new items are the cached body's, outside any string."""
+        either side of the new items are the cached body's, outside any string, as long as
+        the new ones hold whole strings; else None."""
         entry = self._entries.get(key)
         if entry is None or entry.counted is None or not _around(entry, raw):
             return None
-        return entry.counted + values_in(raw[entry.end : len(raw) - len(entry.raw) + entry.end])
+        added = blank_escapes(raw[entry.end : len(raw) - len(entry.raw) + entry.end])
+        if added.count(b'"') % 2:  # it ends in a string: the tail after it reads otherwise
+            return None
+        return entry.counted + values_in(added, blanked=True)
 
     def parse(self, key: Any, raw: bytes, counted: int | None = None) -> Any:
         """``loads(raw)``, sped up for a body that extends the last one cached under ``key``

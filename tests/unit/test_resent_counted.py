@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from proxy.api import deps
 from proxy.errors import PayloadTooLarge
+from proxy.jsonio import values_in
 from proxy.services.resent import ResentBodies
 
 KEY = ("t", "s")
@@ -82,3 +83,20 @@ def test_the_count_of_an_extended_body_is_its_own() -> None:
     extended = _body([*history, {"role": "user", "content": '"[x],', "n": [1, [], {"k": 2}]}])
     assert cache.counted(KEY, extended) == 14 + 8  # the message, 2 strings, n and its 4 values
     assert cache.counted(KEY, _body(history[:1])) is None  # not an extension
+
+
+def test_new_bytes_that_end_in_a_string_are_counted_whole() -> None:
+    """Spliced before a tail that holds a string of brackets, new bytes that open a string
+    read the tail's string as JSON: the sum would miss its values."""
+    cache = ResentBodies(min_bytes=0)
+    history = [{"role": "user", "content": "a"}]
+    raw = orjson.dumps({"messages": history, "x": "[[],[],[]]"})
+    cache.parse(KEY, raw, 9)
+    end = raw.index(b"]")  # just after the last message
+    assert cache.counted(KEY, raw[:end] + b',"z' + raw[end:]) is None
+    assert cache.counted(KEY, raw[:end] + b',"z"' + raw[end:]) == 10
+
+
+def test_new_items_are_counted_with_their_escapes_blanked() -> None:
+    assert values_in(b',"a\\\\",[1,{}]') == 4  # an escaped backslash ends no string
+    assert values_in(b',"a\\",[1,{}]"') == 1  # an escaped quote does not either
