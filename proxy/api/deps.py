@@ -227,8 +227,10 @@ async def read_json_body(
         return {}
     counted = None
     if values is not None:
-        # a body extending the session's last one counts only what it adds
-        counted = resent.counted(key, raw) if resent is not None else None
+        # a body extending the session's last one counts only what it adds (one no longer
+        # than the limit is not read at all: its length is its count)
+        if resent is not None and len(raw) > values:
+            counted = resent.counted(key, raw)
         if counted is None or counted > values:
             counted = values_count(raw, values)
         if counted > values:

@@ -100,3 +100,17 @@ def test_new_bytes_that_end_in_a_string_are_counted_whole() -> None:
 def test_new_items_are_counted_with_their_escapes_blanked() -> None:
     assert values_in(b',"a\\\\",[1,{}]') == 4  # an escaped backslash ends no string
     assert values_in(b',"a\\",[1,{}]"') == 1  # an escaped quote does not either
+
+
+def test_a_body_no_longer_than_the_limit_is_not_compared_with_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its length is its count: every request of an ordinary session pays nothing more."""
+    cache = ResentBodies(min_bytes=0)
+    compared: list[bytes] = []
+    monkeypatch.setattr(cache, "counted", lambda key, raw: compared.append(raw))
+    raw = _body([{"role": "user", "content": "hi"}])
+    for _ in range(2):
+        request = _request(raw)
+        asyncio.run(deps.read_json_body(request, 1 << 20, resent=cache, key=KEY, values=len(raw)))
+    assert compared == []
