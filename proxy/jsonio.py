@@ -123,8 +123,9 @@ def values_count(data: bytes, limit: int) -> int:
         return total + 1
     if b"\\" in data:
         data = blank_escapes(data)
-    if data.count(b'"') // 4 > limit:
-        return data.count(b'"') // 4
+    strings = data.count(b'"') // 2
+    if strings // 2 > limit:
+        return strings // 2
     return 1 + values_in(data, blanked=True)
 
 
