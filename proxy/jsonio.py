@@ -19,6 +19,7 @@ __all__ = [
     "MAX_BODY_VALUES",
     "MAX_FIELD_DEPTH",
     "TooDeep",
+    "blank_escapes",
     "dumps",
     "dumps_sorted",
     "held",
@@ -27,6 +28,8 @@ __all__ = [
     "loads_json",
     "storable",
     "structure",
+    "values_count",
+    "values_in",
     "values_over",
 ]
 
@@ -96,29 +99,56 @@ def structure(data: bytes) -> int:
 
 
 def values_over(data: bytes, limit: int) -> bool:
-    """Whether ``data`` holds more than ``limit`` values, counted in the bytes before
-    anything is parsed. Every value but the outermost is an item of an array or object that
-    is not empty, and each such one holds one item more than its commas: outside strings,
-    commas and ``[``/``{`` less the empty ``[]``/``{}``, plus one, is the count (or a few
-    more, where a slice's edge parts an empty pair). A body of no more bytes than ``limit``
-    is not read at all, and one with fewer commas and brackets in all is read once per
-    byte: only a body past that has its strings (a pasted file's brackets, a text's commas)
-    skipped to count again, its escapes blanked so that the quotes left alternate in and
-    out of strings. At least half its strings are values (a key has a value beside it), so
-    one of more than four quotes per value allowed is past without that."""
-    if len(data) <= limit or structure(data) < limit:
-        return False
+    """Whether ``data`` holds more than ``limit`` values, counted in its bytes before
+    anything is parsed (``values_count``)."""
+    return values_count(data, limit) > limit
+
+
+def values_count(data: bytes, limit: int) -> int:
+    """How many values ``data`` holds, counted in the bytes before anything is parsed: a
+    count no more than ``limit`` is at least theirs (a bound), one past it says they are
+    past it. Every value but the outermost is an item of an array or object that is not
+    empty, and each such one holds one item more than its commas: outside strings, commas
+    and ``[``/``{`` less the empty ``[]``/``{}``, plus one, is the count (or a few more,
+    where a slice's edge parts an empty pair). A body of no more bytes than ``limit`` is not
+    read at all (its length is the bound), and one with fewer commas and brackets in all is
+    read once per byte: only a body past that has its strings (a pasted file's brackets, a
+    text's commas) skipped to count again (``values_in``). At least half its strings are
+    values (a key has a value beside it), so one of more than four quotes per value allowed
+    is past without that."""
+    if len(data) <= limit:
+        return len(data)
+    total = structure(data)
+    if total < limit:
+        return total + 1
     if b"\\" in data:
-        data = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
-    if data.count(b'"') // 4 > limit:
-        return True
-    count, inside = 1, False
+        data = blank_escapes(data)
+    strings = data.count(b'"') // 2
+    if strings // 2 > limit:
+        return strings // 2
+    return 1 + values_in(data, blanked=True)
+
+
+def values_in(data: bytes, *, blanked: bool = False) -> int:
+    """The values in ``data`` (JSON that starts and ends outside any string: a run of
+    ``, value`` items, or a whole document less its outermost value), counted as
+    ``values_count`` counts them. Its escapes are blanked first, unless ``blanked`` says
+    they are, so that the quotes left alternate in and out of strings; it is split 1 MiB
+    at a time."""
+    if not blanked and b"\\" in data:
+        data = blank_escapes(data)
+    count, inside = 0, False
     for start in range(0, len(data), _SLICE):
         pieces = data[start : start + _SLICE].split(b'"')
         outside = b'"'.join(pieces[int(inside) :: 2])  # joined so no "[" "]" pair up
         count += structure(outside) - outside.count(b"[]") - outside.count(b"{}")
         inside ^= len(pieces) % 2 == 0
-    return count > limit
+    return count
+
+
+def blank_escapes(data: bytes) -> bytes:
+    """``data`` with each escaped backslash and quote made two plain bytes."""
+    return data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
 
 
 HELD_CONTAINER = 64

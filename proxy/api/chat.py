@@ -209,6 +209,9 @@ def _chat_operation(session: bool) -> dict[str, Any]:
                 "type": "object",
                 "properties": {"include_usage": {"type": "boolean"}},
             },
+            # refused below 1 (_check_body); n's most is OpenAI's, which the provider judges
+            **{name: {"type": ["integer", "null"], "minimum": 1} for name in _COUNTS},
+            "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},
         },
     }
     error = {"type": "object", "properties": {"error": {"type": "object"}}}

@@ -20,7 +20,7 @@ from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
-from proxy.jsonio import TooDeep, loads_exact, values_over
+from proxy.jsonio import TooDeep, loads_exact, values_count
 from proxy.requestlog import note_session
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.resent import ResentBodies
@@ -225,20 +225,29 @@ async def read_json_body(
     raw = await read_body(request, limit, setting=setting)
     if optional and not raw:
         return {}
-    if values is not None and values_over(raw, values):
-        raise PayloadTooLarge(
-            f"request body holds more than {values} JSON values (arrays, objects and the items"
-            f" in them); the limit is {MAX_BODY_VALUES}: send fewer"
-        )
-    return json_object(raw, resent=resent, key=key)
+    counted = None
+    if values is not None:
+        # a body extending the session's last one counts only what it adds (one no longer
+        # than the limit is not read at all: its length is its count)
+        if resent is not None and len(raw) > values:
+            counted = resent.counted(key, raw)
+        if counted is None or counted > values:
+            counted = values_count(raw, values)
+        if counted > values:
+            raise PayloadTooLarge(
+                f"request body holds more than {values} JSON values (arrays, objects and the"
+                f" items in them); the limit is {MAX_BODY_VALUES}: send fewer"
+            )
+    return json_object(raw, resent=resent, key=key, counted=counted)
 
 
 def json_object(
-    raw: bytes, *, resent: ResentBodies | None = None, key: Any = None
+    raw: bytes, *, resent: ResentBodies | None = None, key: Any = None, counted: int | None = None
 ) -> dict[str, Any]:
-    """``raw`` parsed, when it is a JSON object; else the 400 saying what to send."""
+    """``raw`` parsed, when it is a JSON object; else the 400 saying what to send.
+    ``counted`` (its values, ``jsonio.values_count``) is kept with a resent body."""
     try:
-        body = loads_exact(raw) if resent is None else resent.parse(key, raw)
+        body = loads_exact(raw) if resent is None else resent.parse(key, raw, counted)
     except TooDeep as exc:  # valid JSON the proxy could not send on
         raise ClientRequestError(f"{exc}: send it nested fewer levels", param=exc.field) from None
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError

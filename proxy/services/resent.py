@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.jsonio import loads, loads_exact, structure
+from proxy.jsonio import blank_escapes, loads, loads_exact, structure, values_in
 
 __all__ = ["ResentBodies"]
 
@@ -54,6 +54,7 @@ class _Entry:
     body: dict[str, Any]  # what it parsed to
     checked: int = 0  # how many leading messages of ``body`` its caller's check passed
     values: int = 0  # its commas and brackets: at least its values less one
+    counted: int | None = None  # its values as its caller counted them (jsonio.values_count)
 
 
 def _split(raw: bytes) -> int | None:
@@ -117,9 +118,24 @@ class ResentBodies:
         self._min = min_bytes
         self._max_values = max_bytes // 8 if max_values is None else max_values
 
-    def parse(self, key: Any, raw: bytes) -> Any:
+    def counted(self, key: Any, raw: bytes) -> int | None:
+        """``raw``'s values (``jsonio.values_count``) when it extends the body cached under
+        ``key`` and that one's were counted: those plus the new items' (``values_in``), so a
+        long history is not counted whole again for each message added to it. The bytes on
+        either side of the new items are the cached body's, outside any string, as long as
+        the new ones hold whole strings; else None."""
+        entry = self._entries.get(key)
+        if entry is None or entry.counted is None or not _around(entry, raw):
+            return None
+        added = blank_escapes(raw[entry.end : len(raw) - len(entry.raw) + entry.end])
+        if added.count(b'"') % 2:  # it ends in a string: the tail after it reads otherwise
+            return None
+        return entry.counted + values_in(added, blanked=True)
+
+    def parse(self, key: Any, raw: bytes, counted: int | None = None) -> Any:
         """``loads(raw)``, sped up for a body that extends the last one cached under ``key``
-        (None: do not cache). Raises what ``loads`` raises for invalid JSON."""
+        (None: do not cache). Raises what ``loads`` raises for invalid JSON. ``counted``, the
+        caller's count of its values, is kept for ``counted`` on the next body."""
         if key is None or len(raw) < self._min:
             return loads_exact(raw)
         entry = self._pop(key)
@@ -127,13 +143,13 @@ class ResentBodies:
             body = _extend(entry, raw)
             if body is not None:
                 grown = entry.values + structure(raw[entry.end : body[1]])
-                self._put(key, _Entry(raw, body[1], body[0], entry.checked, grown))
+                self._put(key, _Entry(raw, body[1], body[0], entry.checked, grown, counted))
                 return body[0]
         parsed = loads_exact(raw)
         if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
             end = _split(raw)
             if end is not None:
-                self._put(key, _Entry(raw, end, parsed, values=structure(raw)))
+                self._put(key, _Entry(raw, end, parsed, values=structure(raw), counted=counted))
         return parsed
 
     def checked(self, key: Any, body: Any) -> int:
@@ -150,7 +166,9 @@ class ResentBodies:
         entry = self._entries.get(key)
         if entry is not None and entry.body is body:
             count = len(body["messages"])
-            self._entries[key] = _Entry(entry.raw, entry.end, entry.body, count, entry.values)
+            self._entries[key] = _Entry(
+                entry.raw, entry.end, entry.body, count, entry.values, entry.counted
+            )
 
     def _pop(self, key: Any) -> _Entry | None:
         entry = self._entries.pop(key, None)
@@ -171,14 +189,20 @@ class ResentBodies:
             self._values -= dropped.values
 
 
+def _around(entry: _Entry, raw: bytes) -> bool:
+    """Whether ``raw`` is ``entry``'s body with bytes spliced in after its last message."""
+    prev, end = entry.raw, entry.end
+    if len(raw) < len(prev) or not raw.startswith(memoryview(prev)[:end]):
+        return False
+    return raw.endswith(memoryview(prev)[end:])
+
+
 def _extend(entry: _Entry, raw: bytes) -> tuple[dict[str, Any], int] | None:
     """(body, end) when ``raw`` is ``entry``'s body with items spliced in after its last
     message; None otherwise."""
     prev, end = entry.raw, entry.end
     tail = len(prev) - end
-    if len(raw) < len(prev) or not raw.startswith(memoryview(prev)[:end]):
-        return None
-    if not raw.endswith(memoryview(prev)[end:]):
+    if not _around(entry, raw):
         return None
     middle = raw[end : len(raw) - tail]
     try:

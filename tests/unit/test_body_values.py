@@ -64,3 +64,20 @@ def test_a_string_split_by_a_slice_edge_keeps_its_commas_out() -> None:
     raw = orjson.dumps({"a": "x", "b": text, "c": [1, 2]})
     assert not values_over(raw, 10)
     assert values_over(raw, 5)
+
+
+@pytest.mark.parametrize("escape", ['\\"', "\\\\", '\\\\\\"'])
+@pytest.mark.parametrize("shift", range(-3, 4))
+def test_an_escape_parted_by_a_slice_edge_stays_in_its_string(escape: str, shift: int) -> None:
+    # The escapes are blanked in the whole body before it is split: an escaped quote (or an
+    # escaped backslash before a closing quote) on a slice's edge neither ends its string
+    # there nor starts one, so the commas after it are counted where they are.
+    written = orjson.dumps(escape)[1:-1]  # as JSON writes it
+    start = len(orjson.dumps({"a": "x" * (_SLICE // 2), "t": ""})) - 2  # where "t"'s text starts
+    lead = _SLICE - start - len(written) // 2 + shift  # the escape lies on the slice's edge
+    value = {"a": "x" * (_SLICE // 2), "t": "y" * lead + escape + ",[{" * 40, "v": [0] * 30}
+    raw = orjson.dumps(value)
+    at = raw.index(written)
+    assert at + len(written) // 2 - _SLICE == shift
+    assert not values_over(raw, _values(value))
+    assert values_over(raw, _values(value) - 1)

@@ -60,6 +60,21 @@ def test_the_chat_operation_describes_its_json_body(tmp_path: Path) -> None:
     assert schema["required"] == ["messages"] and schema["additionalProperties"] is True
 
 
+def test_the_chat_body_documents_the_counts_the_proxy_refuses(tmp_path: Path) -> None:
+    """``max_tokens``, ``max_completion_tokens`` and ``n`` below 1 or of another type are the
+    proxy's 400 (``chat._check_body``): the body's schema says so, as it does for the other
+    fields it checks, so a client built from the document does not send one it calls valid.
+    ``n`` is at most 128, as OpenAI's own document has it (each choice is an answer)."""
+    doc = _app(tmp_path).openapi()
+    for path in ("/v1/chat/completions", "/s/{session_id}/v1/chat/completions"):
+        body = doc["paths"][path]["post"]["requestBody"]
+        props = body["content"]["application/json"]["schema"]["properties"]
+        assert {"model", "stream", "stream_options", "tools", "messages"} <= set(props)
+        for name in ("max_tokens", "max_completion_tokens"):
+            assert props[name] == {"type": ["integer", "null"], "minimum": 1}, name
+        assert props["n"] == {"type": ["integer", "null"], "minimum": 1, "maximum": 128}
+
+
 def _operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return [
         (path, method, op)

@@ -29,9 +29,19 @@ def test_a_body_of_more_values_than_the_limit_is_a_413_before_it_is_parsed(
         tiny = [_post(http, "values", extra=[[]] * 2_000), _post(http, "values", x=[0] * 2_000)]
         # a text's commas and brackets are no values: a long one passes
         text = _post(http, "values", messages=[{"role": "user", "content": "[a], {b}, " * 900}])
+        # a named history whose texts hold more commas and brackets than the limit, resent
+        # longer each turn: counted where it adds (ResentBodies.counted), refused all the same
+        history = [{"role": "user", "content": "[1], " * 2000}]
+        turns = []
+        for _ in range(3):
+            fake_upstream.script(reply("fine"))
+            turns.append(_post(http, "long", messages=history).status_code)
+            history = [*history, {"role": "assistant", "content": "ok"}, history[0]]
+        tiny.append(_post(http, "long", messages=[*history, {"role": "user", "x": [[]] * 2000}]))
+    assert turns == [200, 200, 200]
     for resp in tiny:
         err = _assert_error_shape(resp, 413, "payload_too_large")
         assert "more than 2000 JSON values" in err["message"]
         assert "CASCADE_MAX_BODY_VALUES" in err["message"]
     assert text.status_code == 200, text.text
-    assert len(fake_upstream.requests) == 1
+    assert len(fake_upstream.requests) == 4
