@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable
 
-__all__ = ["Page", "Reads", "kept_open", "pages", "sharing"]
+__all__ = ["Page", "Reads", "each", "kept_open", "pages", "sharing"]
 
 Page = tuple[str | None, list[Any]] | None
 """One statement's answer: the session's agent and its rows, or None (no such session)."""
@@ -168,6 +168,12 @@ async def pages(
         if page is None or len(page[1]) < PAGE:
             return
         after = page[1][-1]["id"]
+
+
+async def each(pages: list[Page]) -> AsyncIterator[Page]:
+    """A shared read's ``pages``, as :func:`pages` yields a stream's own."""
+    for page in pages:
+        yield page
 
 
 async def kept_open(frames: AsyncIterator[Any]) -> AsyncIterator[Any]:

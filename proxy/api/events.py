@@ -14,7 +14,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from proxy import sse
 from proxy.api import catch_up, reconnect
-from proxy.api.catch_up import Page, Reads
+from proxy.api.catch_up import Reads
 from proxy.api.deps import BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.api.event_stream import EventStream
 from proxy.api.last_event_id import LAST_EVENT_ID, LAST_EVENT_ID_QUERY, after as _after
@@ -83,6 +83,14 @@ class _Cursor:
         self.held.discard(event_id)
         return True
 
+    def take_live(self, event_id: int) -> bool:
+        """``take`` for an event heard live, but held back behind one held already: sent
+        first, its id, the client's Last-Event-ID should the stream end, would skip that."""
+        if self.held and not self.seen(event_id) and event_id > min(self.held):
+            self.hold(event_id)
+            return False
+        return self.take(event_id)
+
     def hold(self, event_id: int | None) -> None:
         """``event_id``, heard live, is held back unsent: a catch-up sends it."""
         if event_id is not None:
@@ -121,7 +129,7 @@ class _Cursor:
             reads, since = shared
             holding = None if since is not None else upto
             shared_pages = await reads.read(self, SETTLE_SECONDS, since=since, holding=holding)
-            pages = _each(shared_pages)
+            pages = catch_up.each(shared_pages)
         async for read in pages:
             if read is None or not self.reaches(read[0]):
                 self.gone = True
@@ -142,11 +150,6 @@ class _Cursor:
                     yield _frame(BusEvent(r["name"], r["data"], r["id"]))
         self.sent = {i for i in self.sent if i > self.mark}
         self.held = {i for i in self.held if i > self.mark}
-
-
-async def _each(pages: list[Page]) -> AsyncIterator[Page]:
-    for page in pages:
-        yield page
 
 
 SEND_TIMEOUT_SECONDS = 30.0
@@ -333,7 +336,7 @@ async def _live(
         queued = live.dequeued()
         async for frame in live.read_first(event, cursor):
             yield frame
-        if live.unread or cursor.gone or (event.id is not None and not cursor.take(event.id)):
+        if live.unread or cursor.gone or (event.id is not None and not cursor.take_live(event.id)):
             continue  # held back, sent already (the read just now among others), or the end
         verdict = await live.judge(queued)
         if verdict is None:  # not judged, so not sent: a persisted event comes

@@ -9,10 +9,12 @@ The times follow the golden ratio's sequence from a random start (``Spread``): a
 streams ended one after the other are told times far apart, every run of them covers the
 span evenly, and two replicas' streams do not fall on the same times.
 
-A stream may hold back an event heard live (its read met an outage) and send later ones: a
-catch-up sends it after them. Ended before that, its client's Last-Event-ID, the last id it
-received, would be past the event, and the reconnect's replay would skip it for good; so
-such a stream reads the table once more before its last frame (:func:`last_frames`).
+A stream may hold back an event heard live (its read met an outage), and the later ones
+behind it, for a catch-up to send; but an earlier id committed after a later one was sent
+(two writers) can be held back behind it. Ended before that catch-up, its client's
+Last-Event-ID, the last id it received, would be past the held event, and the reconnect's
+replay would skip it for good; so such a stream reads the table once more before its last
+frame (:func:`last_frames`).
 """
 
 from __future__ import annotations
