@@ -123,7 +123,7 @@ class EventBus:
         self._where = f"{redact_dsn(listen_dsn)} ({listen_setting})"
         self._failure = "no connection yet"  # why the listener last failed
         self._retrying = False  # a try failed since the listener last connected
-        self._losses = Losses(self._where)  # what it says of the listener's losses
+        self._losses = Losses(self._where, pooled=pooled)  # what it says of its losses
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
         # per session, the delivery that must finish first (an event read back from the table)
         self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}

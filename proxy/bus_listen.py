@@ -108,10 +108,11 @@ class Losses:
     listener made again (not the start's first) was lost within :data:`STEADY_AFTER` of its
     LISTEN (a server that ends it at once), that is said once and what follows is DEBUG,
     not a loss and a return at WARNING every :data:`RELISTEN_EVERY` for as long as it lasts;
-    a listener that then lasts is said to listen again."""
+    a listener that then lasts is said to listen again. ``pooled``: the listener goes through
+    a transaction pooler, whose LISTEN ends no stream (``bus.EventBus``), which that says."""
 
-    def __init__(self, where: str) -> None:
-        self.where = where
+    def __init__(self, where: str, *, pooled: bool = False) -> None:
+        self.where, self.pooled = where, pooled
         self.at_once = False  # the last listener was lost at once, and none has lasted since
         self.again = False  # a listener was made again after a loss
 
@@ -145,12 +146,14 @@ class Losses:
         if self.at_once:
             return logging.DEBUG
         self.at_once = True
+        ends = "ends no stream (through the pooler)" if self.pooled else "ends every open stream"
         log.warning(
             "event listener at %s was lost at once (%.1f s after it listened); while this goes"
-            " on each LISTEN, at most one every %g s, ends every open stream, logged at DEBUG",
+            " on each LISTEN, at most one every %g s, %s, logged at DEBUG",
             self.where,
             lived,
             RELISTEN_EVERY,
+            ends,
         )
         return logging.DEBUG
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from proxy.store import events as store
 from proxy.store.db import DatabaseUnavailable
 
-__all__ = ["Page", "Reads", "pages", "sharing"]
+__all__ = ["Page", "Reads", "each", "kept_open", "pages", "sharing"]
 
 Page = tuple[str | None, list[Any]] | None
 """One statement's answer: the session's agent and its rows, or None (no such session)."""
@@ -168,6 +168,20 @@ async def pages(
         if page is None or len(page[1]) < PAGE:
             return
         after = page[1][-1]["id"]
+
+
+async def each(pages: list[Page]) -> AsyncIterator[Page]:
+    """A shared read's ``pages``, as :func:`pages` yields a stream's own."""
+    for page in pages:
+        yield page
+
+
+async def kept_open(frames: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A stream's periodic catch-up (``frames``); an outage, which the pool says once, ends
+    them, not the stream: it reads what it missed once the database is back."""
+    with contextlib.suppress(DatabaseUnavailable):
+        async for frame in frames:
+            yield frame
 
 
 _SESSIONS: dict[tuple[Any, str, str, datetime], Reads] = {}

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,7 +14,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from proxy import sse
 from proxy.api import catch_up, reconnect
-from proxy.api.catch_up import Page, Reads
+from proxy.api.catch_up import Reads
 from proxy.api.deps import BusDep, PoolDep, SessionIdDep, TenantDep
 from proxy.api.event_stream import EventStream
 from proxy.api.last_event_id import LAST_EVENT_ID, LAST_EVENT_ID_QUERY, after as _after
@@ -66,6 +67,7 @@ class _Cursor:
         self.created_at = created_at
         self.reaches = reaches
         self.sent: set[int] = set()
+        self.held: set[int] = set()  # heard live, held back unsent (``reconnect.last_frames``)
         self.gone = False
         self.ahead: list[BusEvent] = []  # read past a live event's id (``upto``), unsent
 
@@ -78,7 +80,22 @@ class _Cursor:
         if self.seen(event_id):
             return False
         self.sent.add(event_id)
+        self.held.discard(event_id)
         return True
+
+    def take_live(self, event_id: int) -> bool:
+        """``take`` for an event heard live, but held back behind one held already: sent
+        first, its id, the client's Last-Event-ID should the stream end, would skip that."""
+        if self.held and not self.seen(event_id) and event_id > min(self.held):
+            self.hold(event_id)
+            return False
+        return self.take(event_id)
+
+    def hold(self, event_id: int | None) -> None:
+        """``event_id``, heard live, is held back unsent: a catch-up sends it."""
+        if event_id is not None:
+            self.sent.discard(event_id)
+            self.held.add(event_id)
 
     def before(self, event_id: int) -> list[BusEvent]:
         """The events read ahead below ``event_id`` and not sent yet, taken; those up to
@@ -112,7 +129,7 @@ class _Cursor:
             reads, since = shared
             holding = None if since is not None else upto
             shared_pages = await reads.read(self, SETTLE_SECONDS, since=since, holding=holding)
-            pages = _each(shared_pages)
+            pages = catch_up.each(shared_pages)
         async for read in pages:
             if read is None or not self.reaches(read[0]):
                 self.gone = True
@@ -132,11 +149,7 @@ class _Cursor:
                 if fresh:
                     yield _frame(BusEvent(r["name"], r["data"], r["id"]))
         self.sent = {i for i in self.sent if i > self.mark}
-
-
-async def _each(pages: list[Page]) -> AsyncIterator[Page]:
-    for page in pages:
-        yield page
+        self.held = {i for i in self.held if i > self.mark}
 
 
 SEND_TIMEOUT_SECONDS = 30.0
@@ -226,6 +239,7 @@ class _Live:
                 yield frame
         except DatabaseUnavailable:
             self.unread = True
+            cursor.hold(event.id)
 
     async def judge(self, queued: bool) -> bool | None:
         """True to send the frame, False to end the stream, None to hold the frame back:
@@ -266,7 +280,8 @@ async def _stream(
     one). No frame says why: the reconnect does. It ends the same way once its client
     fell ``bus.MAX_QUEUED`` events behind (``LAGGED``), and once the bus listens again
     after it lost its listener (``RELISTENED``): the reconnect replays; the last frame then
-    tells the client when to reconnect (``reconnect``), a time of its own. It ends,
+    tells the client when to reconnect, a time of its own, after the events it held back
+    (``reconnect.last_frames``). It ends,
     before its next frame or catch-up, once its key no longer reaches the session
     (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
     held to the session's agent that each catch-up reads in its one statement (the replay
@@ -306,26 +321,26 @@ async def _live(
         except TimeoutError:
             if not _reaches(request, None):  # revoked: ended without the database
                 return
-            try:  # which also reads the session's agent (``_Cursor.reaches``)
-                async for frame in cursor.catch_up(pool, tenant, session_id, shared=(reads, due)):
-                    yield frame
-            except DatabaseUnavailable:  # an outage, which the pool says once: kept
-                pass  # open, the stream reads what it missed once the database is back
+            read = cursor.catch_up(pool, tenant, session_id, shared=(reads, due))
+            async for frame in catch_up.kept_open(read):  # which also reads the session's agent
+                yield frame
             due = reads.due(loop.time(), CATCH_UP_SECONDS)
             continue
         if event is RELISTENED:  # every stream here ends now: reconnects spread
-            yield reconnect.frame()
+            again = partial(cursor.catch_up, pool, tenant, session_id, shared=(reads, loop.time()))
+            async for frame in reconnect.last_frames(cursor, again):
+                yield frame
             return
         if event is SESSION_GONE or event is LAGGED:
             return
         queued = live.dequeued()
         async for frame in live.read_first(event, cursor):
             yield frame
-        if live.unread or cursor.gone or (event.id is not None and not cursor.take(event.id)):
+        if live.unread or cursor.gone or (event.id is not None and not cursor.take_live(event.id)):
             continue  # held back, sent already (the read just now among others), or the end
         verdict = await live.judge(queued)
         if verdict is None:  # not judged, so not sent: a persisted event comes
-            cursor.sent.discard(event.id or 0)  # with the catch-up once back
+            cursor.hold(event.id)  # with the catch-up once back
             continue
         if not verdict:
             return

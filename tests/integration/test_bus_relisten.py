@@ -14,6 +14,7 @@ import pytest
 from proxy import bus as bus_module
 from proxy.bus import RELISTENED, EventBus
 from proxy.cascade.types import USAGE
+from tests.integration.api.test_health import sql
 from tests.integration.store.helpers import create_session
 
 
@@ -23,10 +24,15 @@ async def test_streams_open_through_the_gap_end_and_one_opened_after_does_not(
     await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
     bus = EventBus(pool, db_dsn)
     await asyncio.wait_for(bus.start(), 10)
-    connect = asyncpg.connect
+    connect, loop = asyncpg.connect, asyncio.get_running_loop()
     gate, waiting = asyncio.Event(), asyncio.Event()
 
     async def held_connect(*args: Any, **kwargs: Any) -> asyncpg.Connection:
+        # The patch is the asyncpg module's, so every thread's: a connect on another loop
+        # (the spare test databases' copies) waited on this loop's gate, which never woke
+        # it, and every later test's database waited behind it.
+        if asyncio.get_running_loop() is not loop:
+            return await connect(*args, **kwargs)
         waiting.set()  # the bus is between listeners
         await gate.wait()
         return await connect(*args, **kwargs)
@@ -38,6 +44,8 @@ async def test_streams_open_through_the_gap_end_and_one_opened_after_does_not(
             bus._listener.terminate()  # lost: the bus reconnects, held at the gate
             await asyncio.wait_for(waiting.wait(), 5)
             assert not bus.listening
+            # another thread's connect meanwhile (the spare test databases' copies) goes on
+            assert sql(db_dsn, "SELECT 1") == [1]
             async with bus.subscribe("t", "s") as during:
                 gate.set()
                 for _ in range(100):

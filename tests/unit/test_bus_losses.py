@@ -58,3 +58,18 @@ def test_a_listener_lost_once_it_lasted_is_an_ordinary_loss_again(
         "event listener connection at db closed; reconnecting",
         "event listener at db is listening again",
     ]
+
+
+def test_through_a_pooler_a_run_lost_at_once_does_not_say_it_ends_the_streams(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Behind a transaction pooler a listener made again ends no stream (``bus.EventBus``).
+    caplog.set_level(logging.DEBUG, logger="cascade.bus")
+    for pooled, says in ((False, "ends every open stream"), (True, "ends no stream")):
+        losses = Losses("db", pooled=pooled)
+        losses.back()
+        _said(caplog)
+        losses.closed(0.1)
+        (said,) = _said(caplog)
+        assert "was lost at once" in said and says in said, said
+        assert pooled == ("ends every open stream" not in said)

@@ -228,10 +228,13 @@ async def test_a_live_event_whose_read_fails_costs_one_read_not_one_each(
     monkeypatch.setattr(events.store, "fetch_session_events_after", outage)
     bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))
     await asyncio.sleep(0.2)  # each stream holds the event back for a catch-up
-    bus.live(RELISTENED)  # which ends each stream, saying when to reconnect
+    assert table.reads <= 2, table.reads
+    table.reads = 0
+    bus.live(RELISTENED)  # which ends each stream, after one more read, shared too
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     assert table.reads <= 2, table.reads
-    assert all(f[:1] == [events.LIVE] and list(f[1]) == ["comment", "retry"] for f in frames)
+    ends = [{"comment": "reconnect", "retry": f[1]["retry"], "id": "0"} for f in frames]
+    assert [f[1:] for f in frames] == [[end] for end in ends]  # resumed below the held one
     assert len({f[1]["retry"] for f in frames}) > STREAMS // 2  # apart, not all one time
 
 
@@ -263,3 +266,34 @@ async def test_streams_past_a_failed_read_share_the_read_again(
     assert isinstance(got[0], ValueError)
     assert not any(isinstance(g, BaseException) for g in got[1:])
     assert afters == [0, 100]
+
+
+async def test_reads_failing_at_every_mark_below_a_stream_end_after_one_read_each(
+    table: _Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each failed read moves the next one's start above the mark it started from, so a
+    # stream past marks whose reads always fail gets its rows after one read per such mark,
+    # and the streams at them their failure, each once: no read is tried twice.
+    afters: list[int] = []
+
+    async def fetch(pool: Any, **kw: Any) -> Any:
+        afters.append(kw["after_id"])
+        await asyncio.sleep(0)
+        if kw["after_id"] < 100:
+            raise ValueError(f"a statement error past {kw['after_id']}")
+        return await table.fetch(pool, **kw)
+
+    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
+    marks, now = [_Mark(m) for m in (0, 10, 50, 100)], datetime.now(UTC)
+    with contextlib.ExitStack() as stack:
+        for mark in marks:
+            reads = stack.enter_context(catch_up.sharing(None, "t", "s", now, mark))
+        since = asyncio.get_running_loop().time()
+        got = await asyncio.wait_for(
+            asyncio.gather(
+                *(reads.read(m, 10.0, since=since) for m in marks), return_exceptions=True
+            ),
+            5,
+        )
+    assert [type(g) for g in got[:3]] == [ValueError] * 3 and got[3] == [("default", [])]
+    assert afters == [0, 10, 50, 100]

@@ -122,8 +122,11 @@ export const api = {
 };
 
 // Server-sent events from a fetch body: yields {event, data, id} per frame; `heard` is told
-// of every piece read, a comment (a ping) too, and `said` of each comment's text.
-export async function* sseFrames(resp, heard = () => {}, said = () => {}, retry = () => {}) {
+// of every piece read, a comment (a ping) too, `said` of each comment's text, and `named` of
+// the id of a frame with no data (an EventSource's last event id all the same).
+export async function* sseFrames(
+  resp, heard = () => {}, said = () => {}, retry = () => {}, named = () => {},
+) {
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let frame = { event: "message", data: [], id: null };
@@ -139,6 +142,8 @@ export async function* sseFrames(resp, heard = () => {}, said = () => {}, retry 
       if (line === "") {
         if (frame.data.length) {
           yield { event: frame.event, data: frame.data.join("\n"), id: frame.id };
+        } else if (frame.id) {
+          named(frame.id);
         }
         frame = { event: "message", data: [], id: null };
       } else if (line.startsWith(":")) {
@@ -238,7 +243,9 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
         onState("live");
         wait = RETRY_MS;
       };
-      for await (const frame of sseFrames(resp, heard, said, (ms) => { told = ms; })) {
+      const retry = (ms) => { told = ms; };
+      const named = (id) => { lastId = id; }; // a stream's last frame may name no event
+      for await (const frame of sseFrames(resp, heard, said, retry, named)) {
         if (frame.id) lastId = frame.id;
         let data = {};
         try { data = JSON.parse(frame.data); } catch (_) { /* keep {} */ }

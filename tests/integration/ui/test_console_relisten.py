@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_health import sql
 from tests.integration.ui.conftest import Page
 from tests.integration.ui.test_console import api, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console_audit import started
 from tests.integration.ui.test_console_events import events_requests, evict_row
 
 pytestmark = pytest.mark.timeout(60)
@@ -74,3 +76,31 @@ def test_a_stream_ended_as_the_listener_comes_back_reconnects_when_it_was_told(
     ended = time.monotonic()
     wait_for(lambda: len(events_requests(console, "told")) == 2, page)
     assert time.monotonic() - ended >= 2.5
+
+
+def test_the_id_of_the_last_frame_which_carries_no_event_is_resumed_after(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A stream that held back an event ends with the id to resume after on its last frame,
+    which carries no event (``reconnect.last_frames``): an ``EventSource`` takes a frame's
+    ``id:`` with or without data, and so does the console. The first stream is served by
+    the test: an event, then that last frame, below it; the next one is the proxy's."""
+    started(console_proxy, "held")
+    calls: list[str] = []
+    body = (
+        ": live\n\nid: 999999\nevent: context.usage\n"
+        'data: {"session_id": "held", "ts": "t"}\n\n: reconnect\nid: 7\nretry: 100\n\n'
+    )
+
+    def events(route: Any) -> None:
+        calls.append(route.request.headers.get("last-event-id") or "")
+        if len(calls) == 1:
+            route.fulfill(status=200, content_type="text/event-stream", body=body)
+        else:
+            route.continue_()
+
+    console.page.route("**/v1/sessions/held/events", events)
+    page = sign_in(console, "#/s/held")
+    page.get_by_test_id("message").first.wait_for()
+    wait_for(lambda: len(calls) == 2, page)
+    assert calls == ["", "7"]
