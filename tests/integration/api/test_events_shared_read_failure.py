@@ -5,35 +5,17 @@ own mark and stays open, and still gets the events a catch-up finds (``catch_up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import asyncpg
 import pytest
 
 from proxy.api import events
-from proxy.config import Config
 from proxy.store import events as store
 from proxy.store.db import GuardedConnection
+from tests.integration.api.quiet_streams import LeavingRequest, QuietBus
 
 INTERVAL = 0.05
-
-
-class _Bus:
-    @contextlib.asynccontextmanager
-    async def subscribe(self, tenant: str, session_id: str) -> AsyncIterator[asyncio.Queue[Any]]:
-        yield asyncio.Queue()  # nothing announced: only the catch-up reads bring events
-
-
-class _Request:
-    scope: dict[str, Any] = {}  # pass-through
-    state = SimpleNamespace(config=SimpleNamespace(current=Config()))
-    gone = False
-
-    async def is_disconnected(self) -> bool:
-        return _Request.gone
 
 
 async def test_a_failed_shared_read_ends_only_the_stream_it_started_from(
@@ -59,11 +41,12 @@ async def test_a_failed_shared_read_ends_only_the_stream_it_started_from(
     low: list[Any] = []  # opened with no Last-Event-ID: its mark stays 0 (rows unsettled)
     high: list[Any] = []  # opened after the last event
 
+    client = LeavingRequest()
+
     async def stream(out: list[Any], after: int) -> None:
-        async for frame in events._stream(_Request(), pool, _Bus(), session, after):  # type: ignore[arg-type]
+        async for frame in events._stream(client, pool, QuietBus(), session, after):  # type: ignore[arg-type]
             out.append(frame)
 
-    _Request.gone = False
     tasks = [asyncio.create_task(stream(low, 0)), asyncio.create_task(stream(high, last))]
     try:
         while not (events.LIVE in low and events.LIVE in high):
@@ -81,5 +64,5 @@ async def test_a_failed_shared_read_ends_only_the_stream_it_started_from(
             await asyncio.sleep(INTERVAL / 2)
         assert [f.get("event") for f in high] == [None, "c"]  # LIVE, then the new event
     finally:
-        _Request.gone = True
+        client.gone = True
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
