@@ -83,11 +83,13 @@ A message's content is held to the same (``history.chain``)."""
 
 
 MAX_BODY_VALUES = 1_000_000
-"""How many JSON values (arrays, objects and the items in them) a client's chat body may
-hold: parsed, each is a Python object of tens of bytes where the body can spend two on it
-(``0,``), so a body of tiny items holds many times its size (docs/perf.md), where one of
-text holds about its size. A message is a few values (its object, role and content; a
-tool call about six more), so a million takes a history of well over 100,000 messages."""
+"""How many JSON values (arrays, objects and the items in them) a client's chat or
+embeddings body may hold: parsed, each is a Python object of tens of bytes where the body
+can spend two on it (``0,``), so a body of tiny items holds many times its size
+(docs/perf.md), where one of text holds about its size. A message is a few values (its
+object, role and content; a tool call about six more), so a million takes a history of
+well over 100,000 messages; an embeddings batch the provider takes (OpenAI: 2048 inputs,
+300k tokens in all) holds about a third of it."""
 
 _OTHERS = bytes(set(range(256)) - set(b",[{"))
 _SLICE = 1 << 20  # bytes split at a time: a slice's pieces are all that is held at once

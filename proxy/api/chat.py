@@ -24,6 +24,7 @@ from proxy.api.deps import (
     ConfigDep,
     TenantDep,
     UpstreamDep,
+    bounded_values,
     json_object,
     reach_session,
     read_body,
@@ -288,8 +289,10 @@ async def _passthrough(
     content = None
     model = None
     if request.method == "POST":
-        limit = request.state.settings.max_body_bytes
-        content = await read_body(request, limit, setting=MAX_BODY_BYTES)
+        settings = request.state.settings
+        content = await read_body(request, settings.max_body_bytes, setting=MAX_BODY_BYTES)
+        # Its values counted before it is parsed, as a chat body's are (tiny items' cost).
+        bounded_values(content, settings.max_body_values)
         # Checked here, sent as it came: a provider that cannot parse a body answers what it
         # likes (an HTML page, a 500), not an error the client can read as its own.
         body = json_object(content)

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_BODY_VALUES",
     "read_json_body",
+    "bounded_values",
     "json_object",
     "session_path_id",
     "encoded_slash",
@@ -178,7 +179,8 @@ MAX_BODY_BYTES = "CASCADE_MAX_BODY_BYTES"
 """The setting that bounds the chat and embeddings bodies; the other routes' limits are fixed."""
 
 MAX_BODY_VALUES = "CASCADE_MAX_BODY_VALUES"
-"""The setting that bounds how many JSON values a chat body holds (``jsonio.values_over``)."""
+"""The setting that bounds how many JSON values a chat or embeddings body holds
+(``jsonio.values_count``)."""
 
 
 async def read_body(request: Request, limit: int, *, setting: str | None = None) -> bytes:
@@ -227,18 +229,28 @@ async def read_json_body(
         return {}
     counted = None
     if values is not None:
-        # a body extending the session's last one counts only what it adds (one no longer
-        # than the limit is not read at all: its length is its count)
-        if resent is not None and len(raw) > values:
-            counted = resent.counted(key, raw)
-        if counted is None or counted > values:
-            counted = values_count(raw, values)
-        if counted > values:
-            raise PayloadTooLarge(
-                f"request body holds more than {values} JSON values (arrays, objects and the"
-                f" items in them); the limit is {MAX_BODY_VALUES}: send fewer"
-            )
+        counted = bounded_values(raw, values, resent=resent, key=key)
     return json_object(raw, resent=resent, key=key, counted=counted)
+
+
+def bounded_values(
+    raw: bytes, values: int, *, resent: ResentBodies | None = None, key: Any = None
+) -> int:
+    """How many JSON values ``raw`` holds (``jsonio.values_count``: a bound), counted before
+    it is parsed; a 413 naming ``MAX_BODY_VALUES`` past ``values``. With ``resent``, a body
+    extending the one last read under ``key`` counts only what it adds."""
+    counted = None
+    # one no longer than the limit is not read at all: its length is its count
+    if resent is not None and len(raw) > values:
+        counted = resent.counted(key, raw)
+    if counted is None or counted > values:
+        counted = values_count(raw, values)
+    if counted > values:
+        raise PayloadTooLarge(
+            f"request body holds more than {values} JSON values (arrays, objects and the"
+            f" items in them); the limit is {MAX_BODY_VALUES}: send fewer"
+        )
+    return counted
 
 
 def json_object(

@@ -45,3 +45,23 @@ def test_a_body_of_more_values_than_the_limit_is_a_413_before_it_is_parsed(
         assert "CASCADE_MAX_BODY_VALUES" in err["message"]
     assert text.status_code == 200, text.text
     assert len(fake_upstream.requests) == 4
+
+
+def test_an_embeddings_body_of_more_values_than_the_limit_is_a_413_never_sent(
+    start_proxy: StartProxy, config_path: Path, fake_upstream: FakeUpstream
+) -> None:
+    """The embeddings route parses its body to read ``model``: counted first, as a chat
+    body is. A batch of token arrays within the limit goes on."""
+    server = start_proxy(config_path, max_body_values=2_000)
+    with _http(server) as http:
+        tiny = [
+            http.post("/v1/embeddings", json={"model": "e", "input": [[]] * 2_000}),
+            http.post("/s/emb/v1/embeddings", json={"model": "e", "input": [[1, 2]] * 1_000}),
+        ]
+        tokens = http.post("/v1/embeddings", json={"model": "e", "input": [[1, 2, 3]] * 400})
+    for resp in tiny:
+        err = _assert_error_shape(resp, 413, "payload_too_large")
+        assert "more than 2000 JSON values" in err["message"]
+        assert "CASCADE_MAX_BODY_VALUES" in err["message"]
+    assert tokens.status_code == 200, tokens.text
+    assert len(fake_upstream.requests) == 1

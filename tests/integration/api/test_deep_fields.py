@@ -128,3 +128,23 @@ def test_a_deep_first_message_of_a_session_named_by_none_is_the_clients_400(
     assert error["param"] == "messages", error
     assert f"nests past {MAX_FIELD_DEPTH} levels" in error["message"], error
     assert fake_upstream.bodies() == []
+
+
+def test_an_embeddings_input_nested_past_the_writable_depth_is_the_clients_400(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """The embeddings route parses its body as the chat route does (``loads_exact``): an
+    input nested past ``MAX_FIELD_DEPTH``, or past what the reader takes, is the client's
+    400, never a 500, and is not sent; one within it goes on as it came."""
+    answers = []
+    for depth in (MAX_FIELD_DEPTH, MAX_FIELD_DEPTH + 1, 1020, 5000):
+        deep = "[" * depth + "]" * depth
+        raw = json.dumps({"model": "e", "input": "DEEP"}).replace('"DEEP"', deep).encode()
+        headers = {"content-type": "application/json"}
+        answers.append(http.post("/v1/embeddings", content=raw, headers=headers))
+    assert answers[0].status_code == 200, answers[0].text[:300]
+    for answer in answers[1:]:
+        assert answer.status_code == 400, answer.text[:300]
+    assert answers[1].json()["error"]["param"] == "input", answers[1].text
+    assert answers[2].json()["error"]["param"] == "input", answers[2].text
+    assert len(fake_upstream.requests) == 1
