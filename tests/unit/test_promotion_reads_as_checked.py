@@ -99,3 +99,19 @@ def test_a_key_and_value_apart_by_a_blank_line_and_indentation_are_redacted(
     text = template.format(g=gap, s=SECRET)
     assert not sanitize_fact(text, patterns=PATTERNS).ok  # the check refuses it as a fact
     assert SECRET not in _shown(text, PATTERNS)
+
+
+def test_a_message_is_read_in_its_read_form_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-line form is the read form's words: a multi-line message of non-ASCII text
+    (the read form's scan, not the redaction, is most of what reading it costs) is put in its
+    read form once, not again for its one-line form."""
+    from proxy.services import promotion
+
+    calls: list[str] = []
+    real = promotion.read_form
+    monkeypatch.setattr(promotion, "read_form", lambda t: calls.append(t) or real(t))
+    text = "Über die Straße, café:\n\n    the résumé says ok\n" * 20
+    assert _shown(text, PATTERNS) == text
+    assert len(calls) == 1
+    hidden = "pass\u200bword\n=\n" + SECRET  # its read form shows the secret: read again
+    assert SECRET not in _shown(hidden, PATTERNS)
