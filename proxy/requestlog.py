@@ -73,10 +73,15 @@ async def apart(work: Awaitable[T]) -> T:
     but none of its clocks: the task's provider calls and session waits run beside the
     request's, and added to its record they counted as time the request spent on providers
     or waiting for its session (``upstream_ms`` past ``duration_ms``, the overhead read as
-    none). A task copies its context when made, so the record it sets is its own."""
-    if (record := _current.get()) is not None:
-        _current.set(RequestRecord(record.request_id, record.session_id, obs=record.obs))
-    return await work
+    none). A task copies its context when made, so the record it sets is its own; awaited
+    directly, the caller's record is current again once ``work`` returns or raises."""
+    if (record := _current.get()) is None:
+        return await work
+    token = _current.set(RequestRecord(record.request_id, record.session_id, obs=record.obs))
+    try:
+        return await work
+    finally:
+        _current.reset(token)
 
 
 def note_session(session_id: str) -> None:

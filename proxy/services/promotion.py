@@ -130,18 +130,19 @@ def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
     ``10⁹`` as ``109``, a message without its lines), and a fact the fast model took from
     the folded form would be stored so. The raw form is redacted first, so a pattern only it
     matches (one written in fullwidth letters) is not undone by the fold; each fold that
-    changes the text costs another redaction."""
+    changes the text costs another redaction. The one-line form is the read form's words,
+    so the read form (a scan of a non-ASCII text) is made once unless it showed a secret."""
     shown = redact(text, patterns)[0]
-    for fold in (read_form, _one_line):
-        form = fold(shown)
-        if form != shown:  # ASCII text of one line, and most other text: nothing to fold
-            folded, hidden = redact(form, patterns)
-            shown = folded if hidden else shown
+    form = read_form(shown)
+    if form != shown:  # ASCII text, and most other text: nothing to fold
+        folded, hidden = redact(form, patterns)
+        if hidden:
+            shown, form = folded, read_form(folded)
+    line = " ".join(form.split())
+    if line != shown:  # a text of one line with single spaces: nothing to fold
+        folded, hidden = redact(line, patterns)
+        shown = folded if hidden else shown
     return shown
-
-
-def _one_line(text: str) -> str:
-    return " ".join(read_form(text).split())
 
 
 async def _promote(

@@ -228,9 +228,23 @@ def _chat_frames(chat: _Chat) -> list[bytes]:
     return frames
 
 
+MAX_N = 128
+"""OpenAI's most choices per request; past it, its 400 (a fake that rendered every choice
+asked for would take forever over schemathesis's ``n`` of 2**57)."""
+
+
+def _n_refused(n: int) -> Rendered:
+    said = f"Invalid 'n': integer above maximum value. Expected a value <= {MAX_N}, but got {n}"
+    error = {"message": said, "type": "invalid_request_error", "param": "n"}
+    data = json.dumps({"error": {**error, "code": "integer_above_max_value"}}).encode()
+    return Rendered(400, {"content-type": _JSON}, (data,))
+
+
 def _render_reply(r: Reply, request: RecordedRequest, seq: int) -> Rendered:
     body = request.json if isinstance(request.json, Mapping) else {}
     chat = _Chat(r, body, seq)
+    if chat.n > MAX_N:
+        return _n_refused(chat.n)
     headers = {"x-request-id": f"req_fake_{seq}", **r.headers}
     if body.get("stream"):
         frames = tuple(_chat_frames(chat))

@@ -80,3 +80,38 @@ def test_every_kind_is_walked() -> None:
         "separator",
         "whitespace control",
     }
+
+
+@pytest.mark.parametrize(
+    "gap",
+    ["\n\n    ", "\n\n\t\t", "\r\n\r\n  ", "\n \n\u00a0 ", "\u2028\u2028   ", "\n\n\u3000"],
+    ids=["spaces", "tabs", "crlf", "nbsp", "line-separator", "ideographic-space"],
+)
+@pytest.mark.parametrize(
+    "template", ["password{g}={g}{s}", '"password":{g}"{s}"', "token{g}:{g}{s}"]
+)
+def test_a_key_and_value_apart_by_a_blank_line_and_indentation_are_redacted(
+    gap: str, template: str
+) -> None:
+    """A span's message as a config file or a pretty-printed object puts it: the key, a blank
+    line, then its value indented. The fact check reads it on one line, so the extraction
+    must not show the value."""
+    text = template.format(g=gap, s=SECRET)
+    assert not sanitize_fact(text, patterns=PATTERNS).ok  # the check refuses it as a fact
+    assert SECRET not in _shown(text, PATTERNS)
+
+
+def test_a_message_is_read_in_its_read_form_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-line form is the read form's words: a multi-line message of non-ASCII text
+    (the read form's scan, not the redaction, is most of what reading it costs) is put in its
+    read form once, not again for its one-line form."""
+    from proxy.services import promotion
+
+    calls: list[str] = []
+    real = promotion.read_form
+    monkeypatch.setattr(promotion, "read_form", lambda t: calls.append(t) or real(t))
+    text = "Über die Straße, café:\n\n    the résumé says ok\n" * 20
+    assert _shown(text, PATTERNS) == text
+    assert len(calls) == 1
+    hidden = "pass\u200bword\n=\n" + SECRET  # its read form shows the secret: read again
+    assert SECRET not in _shown(hidden, PATTERNS)
