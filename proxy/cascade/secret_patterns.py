@@ -98,6 +98,14 @@ _BLOCK_HEAD = r"[|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?=" + _NL + "|$)"
 # The block's lines: each as indented as its first (``blockindent``, kept, so the block stays
 # YAML), blank lines between them too; its line's end (bare or escaped) ends a line.
 _BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
+# A first line that is no block's (the key's indentation is not known here): a mapping's key,
+# a list's item or a comment, which after an empty block (``password: |`` then ``user: bob``)
+# are its siblings; a numbered line (``cat -n``, an editor's view), whose every line is
+# indented alike. Read as a block, each took every line after it at that indentation.
+_NOT_BLOCK = (
+    r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
+    r"|-" + _BLANK + r"|#|[0-9]{1,9}(?:\t|\\t))"
+)
 _BLOCK = (
     _BLOCK_HEAD
     + r"(?:"
@@ -106,7 +114,9 @@ _BLOCK = (
     + _NL
     + r")){0,8}"
     + _NL
-    + r"(?P<blockindent>[ \t]{1,64}+)(?!\[REDACTED\])(?P<secret5>"
+    + r"(?P<blockindent>[ \t]{1,64}+)(?!\[REDACTED\])"
+    + _NOT_BLOCK
+    + r"(?P<secret5>"
     + _BLOCK_LINE
     + r"(?:(?:"
     + _NL

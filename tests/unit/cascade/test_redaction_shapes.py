@@ -75,6 +75,10 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
         # a block under a key that names no secret, and a block indicator alone
         "description: |\n  rotate it as the runbook says\n  then restart\n",
         "password: |\nuser: bob\n",
+        # an empty block: the lines after it at its key's indentation are its siblings
+        "db:\n  password: |\n  user: bob\n  host: db\n",
+        "env:\n  - password: |\n  - name: LOG_LEVEL\n    value: debug\n",
+        "db:\n  password: >-\n  # rotated monthly\n  user: bob\n",
         "query=tokens&sort=asc&page=2",
         # an opening quote in prose: a long line after it is no string
         'Set the password: "' + "then restart the service and wait " * 20 + "\nok",
@@ -83,6 +87,25 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
 )
 def test_ordinary_text_in_these_shapes_is_kept(text: str) -> None:
     assert redact(text, _PATTERNS) == (text, 0)
+
+
+def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
+    """A file read with its lines numbered (``cat -n``, an editor tool's view) indents every
+    line alike: the lines after a block under a secret's key are no part of it."""
+    lines = [
+        "stringData:",
+        "  password: |",
+        "    hunter2hunter2",
+        "  username: admin",
+        "kind: Secret",
+    ]
+    view = "".join(f"{i:6}\t{line}\n" for i, line in enumerate(lines, 1))
+    out, _ = redact(view, _PATTERNS)
+    assert out.endswith("     4\t  username: admin\n     5\tkind: Secret\n"), out
+    # ... and in JSON text (a call's arguments), whose lines and tabs are escapes
+    for text in (view, "db:\n  password: |\n  user: bob\n  host: db\n"):
+        written = json.dumps({"content": text})
+        assert redact(written, _PATTERNS)[0].endswith(json.dumps(text[-30:])[1:-1] + '"}')
 
 
 def _arguments(args: object) -> tuple[object, int]:
