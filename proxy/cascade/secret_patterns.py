@@ -100,33 +100,47 @@ _BLOCK_HEAD = r"[|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?=" + _NL + "|$)"
 _BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
 # A first line that is no block's (the key's indentation is not known here): a mapping's key,
 # a list's item or a comment, which after an empty block (``password: |`` then ``user: bob``)
-# are its siblings; a numbered line (``cat -n``, an editor's view), whose every line is
-# indented alike. Read as a block, each took every line after it at that indentation.
+# are its siblings; a numbered line, whose every line is indented alike (``_NUMBERED``).
+# Read as a block, each took every line after it at that indentation.
 _NOT_BLOCK = (
     r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
     r"|-" + _BLANK + r"|#|[0-9]{1,9}(?:\t|\\t))"
 )
+# A file read with its lines numbered (``cat -n``, an editor tool's view): each line's number
+# and tab, then the file's line, whose own indentation tells the block's lines.
+_NUMBERED = r"[ \t]{0,8}+[0-9]{1,9}+(?:\t|\\t)"
+
+
+def _block(number: str, indent: str, secret: str) -> str:
+    """A block scalar's lines after its head, each line led by ``number`` (a numbered view's)
+    and as indented as the first (group ``indent``); group ``secret`` holds them."""
+    blanks = r"(?:" + _NL + number + r"[ \t]{0,64}+(?=" + _NL + r")){0,8}"
+    return (
+        blanks
+        + _NL
+        + number
+        + f"(?P<{indent}>[ \\t]{{1,64}}+)"
+        + r"(?!\[REDACTED\])"
+        + _NOT_BLOCK
+        + f"(?P<{secret}>"
+        + _BLOCK_LINE
+        + r"(?:"
+        + blanks
+        + _NL
+        + number
+        + f"(?P={indent})"
+        + _BLOCK_LINE
+        + r"){0,2000})"
+    )
+
+
 _BLOCK = (
     _BLOCK_HEAD
-    + r"(?:"
-    + _NL
-    + r"[ \t]{0,64}+(?="
-    + _NL
-    + r")){0,8}"
-    + _NL
-    + r"(?P<blockindent>[ \t]{1,64}+)(?!\[REDACTED\])"
-    + _NOT_BLOCK
-    + r"(?P<secret5>"
-    + _BLOCK_LINE
-    + r"(?:(?:"
-    + _NL
-    + r"[ \t]{0,64}+(?="
-    + _NL
-    + r")){0,8}"
-    + _NL
-    + r"(?P=blockindent)"
-    + _BLOCK_LINE
-    + r"){0,2000})"
+    + "(?:"
+    + _block("", "blockindent", "secret5")
+    + "|"
+    + _block(_NUMBERED, "numberedindent", "secret8")
+    + ")"
 )
 # A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all

@@ -91,21 +91,30 @@ def test_ordinary_text_in_these_shapes_is_kept(text: str) -> None:
 
 def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
     """A file read with its lines numbered (``cat -n``, an editor tool's view) indents every
-    line alike: the lines after a block under a secret's key are no part of it."""
+    line alike: the block is read by the file's own indentation after each number, and the
+    lines after it are no part of it."""
     lines = [
         "stringData:",
         "  password: |",
         "    hunter2hunter2",
+        "",
+        "    second-line-of-it",
         "  username: admin",
         "kind: Secret",
     ]
     view = "".join(f"{i:6}\t{line}\n" for i, line in enumerate(lines, 1))
-    out, _ = redact(view, _PATTERNS)
-    assert out.endswith("     4\t  username: admin\n     5\tkind: Secret\n"), out
+    out, n = redact(view, _PATTERNS)
+    kept = "     6\t  username: admin\n     7\tkind: Secret\n"
+    assert (out, n) == (
+        f"     1\tstringData:\n     2\t  password: |\n     3\t    {REDACTED}\n{kept}",
+        1,
+    )
+    assert redact(out, _PATTERNS) == (out, 0)
     # ... and in JSON text (a call's arguments), whose lines and tabs are escapes
-    for text in (view, "db:\n  password: |\n  user: bob\n  host: db\n"):
-        written = json.dumps({"content": text})
-        assert redact(written, _PATTERNS)[0].endswith(json.dumps(text[-30:])[1:-1] + '"}')
+    written = json.dumps({"content": view})
+    assert redact(written, _PATTERNS) == (json.dumps({"content": out}), 1)
+    empty = "db:\n  password: |\n  user: bob\n  host: db\n"
+    assert redact(json.dumps({"content": empty}), _PATTERNS)[1] == 0
 
 
 def _arguments(args: object) -> tuple[object, int]:
