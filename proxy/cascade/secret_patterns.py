@@ -109,6 +109,9 @@ _NOT_BLOCK = (
 # A file read with its lines numbered (``cat -n``, an editor tool's view): each line's number
 # and tab, then the file's line, whose own indentation tells the block's lines.
 _NUMBERED = r"[ \t]{0,8}+[0-9]{1,9}+(?:\t|\\t)"
+# ... its number alone, amid what lies between two entries (``_BETWEEN``), its line's end and
+# blanks before it.
+_LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t)"
 
 
 def _block(number: str, indent: str, secret: str) -> str:
@@ -184,8 +187,9 @@ _WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
 # an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a brace or a
-# bracket: an entry of the next object is not this one's.
-_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]){1,128}+"
+# bracket: an entry of the next object is not this one's. A numbered view's line number
+# (``_NUMBERED``) after a line's end is one too (``cat -n``, an editor tool's view).
+_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]|" + _LINE_NUMBER + r"){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
 # A secret's key whose value is an object, or in YAML the lines under it, holding the secret
@@ -230,7 +234,9 @@ _SIBLING = (
 _NAME_AFTER = (
     r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
     + _NL
-    + r")(?:[\s,\"']|\\[nrt\"]){0,128}+"
+    + r")(?:[\s,\"']|\\[nrt\"]|"
+    + _LINE_NUMBER
+    + r"){0,128}+"
     + f"(?:{_ENTRY}){{0,2}}"
     + r"(?:parameter)?(?:name|key|label|id)"
     + _assigned(3)

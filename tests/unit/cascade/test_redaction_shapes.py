@@ -117,6 +117,24 @@ def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
     assert redact(json.dumps({"content": empty}), _PATTERNS)[1] == 0
 
 
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["env:", "- name: DB_PASSWORD", "  value: hunter2x"],
+        ["env:", "- value: hunter2x", "  name: DB_PASSWORD"],
+        ['{"Name": "api_token",', ' "Value": "hunter2x"}'],
+    ],
+)
+def test_a_numbered_file_view_keeps_a_pair_of_entries_one(lines: list[str]) -> None:
+    """A name/value pair across a numbered view's lines is read through each line's number,
+    bare and in JSON text."""
+    view = "".join(f"{i:6}\t{line}\n" for i, line in enumerate(lines, 1))
+    out, n = redact(view, _PATTERNS)
+    assert (out, n) == (view.replace("hunter2x", REDACTED), 1)
+    written = json.dumps({"content": view})
+    assert redact(written, _PATTERNS) == (json.dumps({"content": out}), 1)
+
+
 def _arguments(args: object) -> tuple[object, int]:
     call = {"id": "c1", "function": {"name": "write", "arguments": json.dumps(args)}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
