@@ -60,6 +60,15 @@ _IDENTIFIER = (
     r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
 )
+# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end, or a
+# comment's (``password: |  # PEM``): the block's lines, on the next, are the value.
+_INDICATOR = (
+    r"[|>][+-]?[1-9]?[+-]?(?:"
+    + _BLANK
+    + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}+|"
+    + _BLANK
+    + r"{0,8})(?=[\r\n]|\\[rn]|$)"
+)
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
@@ -68,7 +77,7 @@ _NOT_A_VALUE = (
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
-    r"(?![|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?:[\r\n]|\\[rn]|$))"
+    r"(?!" + _INDICATOR + ")"
 )
 
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
@@ -93,8 +102,6 @@ _CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
 _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 # A line's end, bare or escaped as JSON text writes it.
 _NL = r"(?:\r?\n|(?:\\r)?\\n)"
-# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end.
-_BLOCK_HEAD = r"[|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?=" + _NL + "|$)"
 # The block's lines: each as indented as its first (``blockindent``, kept, so the block stays
 # YAML), blank lines between them too; its line's end (bare or escaped) ends a line.
 _BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
@@ -138,7 +145,7 @@ def _block(number: str, indent: str, secret: str) -> str:
 
 
 _BLOCK = (
-    _BLOCK_HEAD
+    _INDICATOR
     + "(?:"
     + _block("", "blockindent", "secret5")
     + "|"

@@ -40,6 +40,9 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ),
         ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
         ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
+        # a comment after the block's indicator
+        ("password: | # the db's\n  hunter2\nuser: bob\n", "hunter2"),
+        ("  privateKey: >-  # PEM, folded\n    s3cr3t\n    two\n  x: 1\n", "s3cr3t\n    two"),
         # form bodies: the value to the next pair's ``&``, %-escapes and all
         ("password=hunter%212x&user=bob", "hunter%212x"),
         ("grant_type=password&username=bob&password=p%40ss%26w0rd&scope=x", "p%40ss%26w0rd"),
@@ -75,6 +78,7 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
         # a block under a key that names no secret, and a block indicator alone
         "description: |\n  rotate it as the runbook says\n  then restart\n",
         "password: |\nuser: bob\n",
+        "password: | # none yet\nuser: bob\n",
         # an empty block: the lines after it at its key's indentation are its siblings
         "db:\n  password: |\n  user: bob\n  host: db\n",
         "env:\n  - password: |\n  - name: LOG_LEVEL\n    value: debug\n",
@@ -125,7 +129,7 @@ def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
         ['{"Name": "api_token",', ' "Value": "hunter2x"}'],
     ],
 )
-def test_a_numbered_file_view_keeps_a_pair_of_entries_one(lines: list[str]) -> None:
+def test_a_pair_across_a_numbered_file_views_lines_is_redacted(lines: list[str]) -> None:
     """A name/value pair across a numbered view's lines is read through each line's number,
     bare and in JSON text."""
     view = "".join(f"{i:6}\t{line}\n" for i, line in enumerate(lines, 1))
