@@ -139,6 +139,15 @@ def test_a_pair_across_a_numbered_file_views_lines_is_redacted(lines: list[str])
     assert redact(written, _PATTERNS) == (json.dumps({"content": out}), 1)
 
 
+def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
+    """Secrets Manager's largest ``SecretBinary`` (64 KiB) is longer than that as its base64
+    text, and a Kubernetes Secret's data reaches 1 MiB: each is redacted whole."""
+    for size in (87_384, 1_000_000):
+        text = json.dumps({"Name": "prod/cert", "SecretBinary": "QUJD" * (size // 4), "V": 1})
+        out, n = redact(text, _PATTERNS)
+        assert (out, n) == (json.dumps({"Name": "prod/cert", "SecretBinary": REDACTED, "V": 1}), 1)
+
+
 def _arguments(args: object) -> tuple[object, int]:
     call = {"id": "c1", "function": {"name": "write", "arguments": json.dumps(args)}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
