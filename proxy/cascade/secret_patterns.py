@@ -50,8 +50,9 @@ _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "
 
 def _assigned(blanks: int) -> str:
     """A key's closing quote, if any, and its separator (``=``, ``:``, ``=>``), up to
-    ``blanks`` spaces or tabs on each side."""
-    return _QUOTE + "?" + _BLANK + f"{{0,{blanks}}}(?:=|:|=>)" + _BLANK + f"{{0,{blanks}}}"
+    ``blanks`` spaces or tabs on each side. An ``=>`` is one separator, whose ``>`` is never
+    read as a YAML block's indicator (one pass reading it so, the next as a value)."""
+    return _QUOTE + "?" + _BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + _BLANK + f"{{0,{blanks}}}"
 
 
 _IDENTIFIER = (

@@ -148,6 +148,14 @@ def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
         assert (out, n) == (json.dumps({"Name": "prod/cert", "SecretBinary": REDACTED, "V": 1}), 1)
 
 
+@pytest.mark.parametrize("text", ["secret=>-\n    hunter2\n", "token =>|\n  x\n", "pwd=> # c\n  y"])
+def test_an_arrow_is_one_separator_and_what_follows_it_no_blocks_indicator(text: str) -> None:
+    """``=>`` (a Perl or Ruby hash's) is read whole, so its ``>`` is never a block's
+    indicator, read as one at the first pass and as a value at the next."""
+    out, _ = redact(text, _PATTERNS)
+    assert redact(out, _PATTERNS) == (out, 0)
+
+
 def _arguments(args: object) -> tuple[object, int]:
     call = {"id": "c1", "function": {"name": "write", "arguments": json.dumps(args)}}
     out, n = redact_written({"role": "assistant", "content": None, "tool_calls": [call]}, _PATTERNS)
