@@ -103,44 +103,51 @@ _CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
 _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 # A line's end, bare or escaped as JSON text writes it.
 _NL = r"(?:\r?\n|(?:\\r)?\\n)"
-# The block's lines: each as indented as its first (``blockindent``, kept, so the block stays
-# YAML), blank lines between them too; its line's end (bare or escaped) ends a line.
-_BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
 # A first line that is no block's (the key's indentation is not known here): a mapping's key,
 # a list's item or a comment, which after an empty block (``password: |`` then ``user: bob``)
-# are its siblings; a numbered line, whose every line is indented alike (``_NUMBERED``).
+# are its siblings; a numbered line, whose every line is indented alike (``_block``).
 # Read as a block, each took every line after it at that indentation.
 _NOT_BLOCK = (
     r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
     r"|-" + _BLANK + r"|#|[0-9]{1,9}(?:\t|\\t))"
 )
-# A file read with its lines numbered (``cat -n``, an editor tool's view): each line's number
-# and tab, then the file's line, whose own indentation tells the block's lines.
-_NUMBERED = r"[ \t]{0,8}+[0-9]{1,9}+(?:\t|\\t)"
-# ... its number alone, amid what lies between two entries (``_BETWEEN``), its line's end and
-# blanks before it.
+# A numbered view's line number (``_block``) amid what lies between two entries
+# (``_BETWEEN``), its line's end and blanks before it.
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t)"
 
 
-def _block(number: str, indent: str, secret: str) -> str:
-    """A block scalar's lines after its head, each line led by ``number`` (a numbered view's)
-    and as indented as the first (group ``indent``); group ``secret`` holds them."""
-    blanks = r"(?:" + _NL + number + r"[ \t]{0,64}+(?=" + _NL + r")){0,8}"
+# The block's lines: each as indented as its first (kept, so the block stays YAML), blank
+# lines between them too. In bare text a line ends at its line's end alone (a backslash or a
+# quote is the line's); in JSON text (a call's arguments, a tool's JSON output) at an escaped
+# one, or at the quote that closes the string holding the file (written with no line's end
+# after the block), so the text stays JSON. Each form: its line's end, a line, a tab.
+_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"\t")
+_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"\\t")
+
+
+def _block(form: tuple[str, str, str], numbered: bool, name: str) -> str:
+    """A block scalar's lines after its indicator, in ``form``; when ``numbered``, each led
+    by its number and a tab, as a file read with its lines numbered shows them (``cat -n``,
+    an editor tool's view), the file's own indentation after it telling the block's lines.
+    Group ``secret<name>`` holds them, ``indent<name>`` their indentation."""
+    nl, line, tab = form
+    number = r"[ \t]{0,8}+[0-9]{1,9}+" + tab if numbered else ""
+    blanks = r"(?:" + nl + number + r"[ \t]{0,64}+(?=" + nl + r")){0,8}"
     return (
         blanks
-        + _NL
+        + nl
         + number
-        + f"(?P<{indent}>[ \\t]{{1,64}}+)"
+        + f"(?P<indent{name}>[ \\t]{{1,64}}+)"
         + r"(?!\[REDACTED\])"
         + _NOT_BLOCK
-        + f"(?P<{secret}>"
-        + _BLOCK_LINE
+        + f"(?P<secret{name}>"
+        + line
         + r"(?:"
         + blanks
-        + _NL
+        + nl
         + number
-        + f"(?P={indent})"
-        + _BLOCK_LINE
+        + f"(?P=indent{name})"
+        + line
         + r"){0,2000})"
     )
 
@@ -148,9 +155,11 @@ def _block(number: str, indent: str, secret: str) -> str:
 _BLOCK = (
     _INDICATOR
     + "(?:"
-    + _block("", "blockindent", "secret5")
-    + "|"
-    + _block(_NUMBERED, "numberedindent", "secret8")
+    + "|".join(
+        _block(form, numbered, f"{kind}{'numbered' if numbered else ''}")
+        for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
+        for numbered in (False, True)
+    )
     + ")"
 )
 # A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
@@ -207,7 +216,7 @@ _WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
 # an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a brace or a
 # bracket: an entry of the next object is not this one's. A numbered view's line number
-# (``_NUMBERED``) after a line's end is one too (``cat -n``, an editor tool's view).
+# (``_LINE_NUMBER``) after a line's end is one too (``cat -n``, an editor tool's view).
 _BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]|" + _LINE_NUMBER + r"){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN

@@ -180,6 +180,21 @@ def test_these_shapes_in_a_calls_arguments_are_redacted_and_stay_json() -> None:
     assert n == 1 and read == {"content": f"- value: {REDACTED}\n  name: DB_PASSWORD\n"}
 
 
+def test_a_block_in_json_text_ends_with_its_string() -> None:
+    """In JSON text a block's lines end at the quote that closes their string (a file written
+    with no line's end after the block), and the text stays JSON; in bare text a line holds
+    what it holds, a backslash too."""
+    content = "kind: Secret\nstringData:\n  password: |\n    s3cr3t"
+    read, n = _arguments({"path": "v.yaml", "content": content, "mode": "w"})
+    written = content.replace("s3cr3t", REDACTED)
+    assert n == 1 and read == {"path": "v.yaml", "content": written, "mode": "w"}
+    text = json.dumps({"content": content}) + "\nnext"
+    assert redact(text, _PATTERNS) == (json.dumps({"content": written}) + "\nnext", 1)
+    bare = 'password: |\n  s3cr3t\\n"two"\n  three\nuser: bob\n'
+    out = f"password: |\n  {REDACTED}\nuser: bob\n"
+    assert redact(bare, _PATTERNS) == (out, 1)
+
+
 def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
     """Each block or string holding JSON is read once from its key, however many keys and
     values lie in and around it, and one left open runs only to its bound; a value first
