@@ -104,12 +104,13 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 # A line's end, bare or escaped as JSON text writes it.
 _NL = r"(?:\r?\n|(?:\\r)?\\n)"
 # A first line that is no block's (the key's indentation is not known here): a mapping's key,
-# a list's item or a comment, which after an empty block (``password: |`` then ``user: bob``)
-# are its siblings; a numbered line, whose every line is indented alike (``_block``).
-# Read as a block, each took every line after it at that indentation.
+# a list's item or a comment (a blank after its mark: ``#a8f…`` is a password), which after
+# an empty block (``password: |`` then ``user: bob``) are its siblings; a numbered line, whose
+# every line is indented alike (``_block``). Read as a block, each took every line after it
+# at that indentation.
 _NOT_BLOCK = (
     r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
-    r"|-" + _BLANK + r"|#|[0-9]{1,9}(?:\t|\\t))"
+    r"|[-#](?:" + _BLANK + "|" + _NL + r"|$)|[0-9]{1,9}(?:\t|\\t))"
 )
 # A numbered view's line number (``_block``) amid what lies between two entries
 # (``_BETWEEN``), its line's end and blanks before it.

@@ -40,6 +40,8 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ),
         ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
         ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
+        # a block whose first line begins with a comment's mark, and no comment
+        ("password: |\n  #hunter2x\nuser: bob\n", "#hunter2x"),
         # a comment after the block's indicator
         ("password: | # the db's\n  hunter2\nuser: bob\n", "hunter2"),
         ("  privateKey: >-  # PEM, folded\n    s3cr3t\n    two\n  x: 1\n", "s3cr3t\n    two"),
