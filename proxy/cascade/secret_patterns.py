@@ -110,26 +110,28 @@ _NL = r"(?:\r?\n|(?:\\r)?\\n)"
 # at that indentation.
 _NOT_BLOCK = (
     r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
-    r"|[-#](?:" + _BLANK + "|" + _NL + r"|$)|[0-9]{1,9}(?:\t|\\t))"
+    r"|[-#](?:" + _BLANK + "|" + _NL + r"|$)|[0-9]{1,9}(?:\t|\\t|\u2192|\\u2192))"
 )
 # A numbered view's line number (``_block``) amid what lies between two entries
 # (``_BETWEEN``), its line's end and blanks before it.
-_LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t)"
+_LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
 # The block's lines: each as indented as its first (kept, so the block stays YAML), blank
 # lines between them too. In bare text a line ends at its line's end alone (a backslash or a
 # quote is the line's); in JSON text (a call's arguments, a tool's JSON output) at an escaped
 # one, or at the quote that closes the string holding the file (written with no line's end
-# after the block), so the text stays JSON. Each form: its line's end, a line, a tab.
-_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"\t")
-_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"\\t")
+# after the block), so the text stays JSON. Each form: its line's end, a line, and what
+# follows a line's number: a tab (``cat -n``, editor tools' views), an arrow (Claude Code's
+# Read tool) or a colon (SWE-agent's ``open``).
+_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
+_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
 
 
 def _block(form: tuple[str, str, str], numbered: bool, name: str) -> str:
     """A block scalar's lines after its indicator, in ``form``; when ``numbered``, each led
-    by its number and a tab, as a file read with its lines numbered shows them (``cat -n``,
-    an editor tool's view), the file's own indentation after it telling the block's lines.
+    by its number, as a file read with its lines numbered shows them, the file's own
+    indentation after it telling the block's lines.
     Group ``secret<name>`` holds them, ``indent<name>`` their indentation."""
     nl, line, tab = form
     number = r"[ \t]{0,8}+[0-9]{1,9}+" + tab if numbered else ""

@@ -95,10 +95,19 @@ def test_ordinary_text_in_these_shapes_is_kept(text: str) -> None:
     assert redact(text, _PATTERNS) == (text, 0)
 
 
-def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
-    """A file read with its lines numbered (``cat -n``, an editor tool's view) indents every
-    line alike: the block is read by the file's own indentation after each number, and the
-    lines after it are no part of it."""
+# How tools number a file's lines: ``cat -n`` and editor tools' views (a tab after the
+# number), Claude Code's Read tool (an arrow), SWE-agent's ``open`` (a colon).
+_NUMBERINGS = ["{:6}\t", "{:6}\u2192", "{}:"]
+
+
+def _numbered(lines: list[str], numbering: str) -> str:
+    return "".join(numbering.format(i) + line + "\n" for i, line in enumerate(lines, 1))
+
+
+@pytest.mark.parametrize("numbering", _NUMBERINGS)
+def test_a_numbered_file_view_keeps_the_lines_after_a_block(numbering: str) -> None:
+    """A file read with its lines numbered indents every line alike: the block is read by
+    the file's own indentation after each number, and the lines after it are no part of it."""
     lines = [
         "stringData:",
         "  password: |",
@@ -108,21 +117,22 @@ def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
         "  username: admin",
         "kind: Secret",
     ]
-    view = "".join(f"{i:6}\t{line}\n" for i, line in enumerate(lines, 1))
+    view = _numbered(lines, numbering)
     out, n = redact(view, _PATTERNS)
-    kept = "     6\t  username: admin\n     7\tkind: Secret\n"
-    assert (out, n) == (
-        f"     1\tstringData:\n     2\t  password: |\n     3\t    {REDACTED}\n{kept}",
-        1,
-    )
+    block = f"hunter2hunter2\n{numbering.format(4)}\n{numbering.format(5)}    second-line-of-it"
+    assert (out, n) == (view.replace(block, REDACTED), 1)
+    assert out.endswith(_numbered(lines, numbering).split("\n", 5)[5])
     assert redact(out, _PATTERNS) == (out, 0)
     # ... and in JSON text (a call's arguments), whose lines and tabs are escapes
-    written = json.dumps({"content": view})
-    assert redact(written, _PATTERNS) == (json.dumps({"content": out}), 1)
+    for ascii_only in (False, True):
+        written = json.dumps({"content": view}, ensure_ascii=ascii_only)
+        expected = json.dumps({"content": out}, ensure_ascii=ascii_only)
+        assert redact(written, _PATTERNS) == (expected, 1)
     empty = "db:\n  password: |\n  user: bob\n  host: db\n"
     assert redact(json.dumps({"content": empty}), _PATTERNS)[1] == 0
 
 
+@pytest.mark.parametrize("numbering", _NUMBERINGS)
 @pytest.mark.parametrize(
     "lines",
     [
@@ -131,14 +141,18 @@ def test_a_numbered_file_view_keeps_the_lines_after_a_block() -> None:
         ['{"Name": "api_token",', ' "Value": "hunter2x"}'],
     ],
 )
-def test_a_pair_across_a_numbered_file_views_lines_is_redacted(lines: list[str]) -> None:
+def test_a_pair_across_a_numbered_file_views_lines_is_redacted(
+    lines: list[str], numbering: str
+) -> None:
     """A name/value pair across a numbered view's lines is read through each line's number,
     bare and in JSON text."""
-    view = "".join(f"{i:6}\t{line}\n" for i, line in enumerate(lines, 1))
+    view = _numbered(lines, numbering)
     out, n = redact(view, _PATTERNS)
     assert (out, n) == (view.replace("hunter2x", REDACTED), 1)
-    written = json.dumps({"content": view})
-    assert redact(written, _PATTERNS) == (json.dumps({"content": out}), 1)
+    for ascii_only in (False, True):
+        written = json.dumps({"content": view}, ensure_ascii=ascii_only)
+        expected = json.dumps({"content": out}, ensure_ascii=ascii_only)
+        assert redact(written, _PATTERNS) == (expected, 1)
 
 
 def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
