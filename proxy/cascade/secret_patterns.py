@@ -50,8 +50,9 @@ _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "
 
 def _assigned(blanks: int) -> str:
     """A key's closing quote, if any, and its separator (``=``, ``:``, ``=>``), up to
-    ``blanks`` spaces or tabs on each side."""
-    return _QUOTE + "?" + _BLANK + f"{{0,{blanks}}}(?:=|:|=>)" + _BLANK + f"{{0,{blanks}}}"
+    ``blanks`` spaces or tabs on each side. An ``=>`` is one separator, whose ``>`` is never
+    read as a YAML block's indicator (one pass reading it so, the next as a value)."""
+    return _QUOTE + "?" + _BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + _BLANK + f"{{0,{blanks}}}"
 
 
 _IDENTIFIER = (
@@ -59,6 +60,15 @@ _IDENTIFIER = (
     r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
     r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
+)
+# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end, or a
+# comment's (``password: |  # PEM``): the block's lines, on the next, are the value.
+_INDICATOR = (
+    r"[|>][+-]?[1-9]?[+-]?(?:"
+    + _BLANK
+    + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}+|"
+    + _BLANK
+    + r"{0,8})(?=[\r\n]|\\[rn]|$)"
 )
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
@@ -68,7 +78,7 @@ _NOT_A_VALUE = (
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
-    r"(?![|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?:[\r\n]|\\[rn]|$))"
+    r"(?!" + _INDICATOR + ")"
 )
 
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
@@ -93,47 +103,95 @@ _CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
 _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 # A line's end, bare or escaped as JSON text writes it.
 _NL = r"(?:\r?\n|(?:\\r)?\\n)"
-# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end.
-_BLOCK_HEAD = r"[|>][+-]?[1-9]?[+-]?" + _BLANK + r"{0,8}(?=" + _NL + "|$)"
-# The block's lines: each as indented as its first (``blockindent``, kept, so the block stays
-# YAML), blank lines between them too; its line's end (bare or escaped) ends a line.
-_BLOCK_LINE = r"(?:[^\r\n\\]|\\[^nr]){1,20000}+"
+# A first line that is no block's (the key's indentation is not known here): a mapping's key,
+# a list's item or a comment (a blank after its mark: ``#a8f…`` is a password), which after
+# an empty block (``password: |`` then ``user: bob``) are its siblings; a numbered line, whose
+# every line is indented alike (``_block``). Read as a block, each took every line after it
+# at that indentation.
+_NOT_BLOCK = (
+    r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
+    r"|[-#](?:" + _BLANK + "|" + _NL + r"|$)|[0-9]{1,9}(?:\t|\\t|\u2192|\\u2192))"
+)
+# A numbered view's line number (``_block``) amid what lies between two entries
+# (``_BETWEEN``), its line's end and blanks before it.
+_LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
+
+
+# The block's lines: each as indented as its first (kept, so the block stays YAML), blank
+# lines between them too. In bare text a line ends at its line's end alone (a backslash or a
+# quote is the line's); in JSON text (a call's arguments, a tool's JSON output) at an escaped
+# one, or at the quote that closes the string holding the file (written with no line's end
+# after the block), so the text stays JSON. Each form: its line's end, a line, and what
+# follows a line's number: a tab (``cat -n``, editor tools' views), an arrow (Claude Code's
+# Read tool) or a colon (SWE-agent's ``open``).
+_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
+_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
+
+
+def _block(form: tuple[str, str, str], numbered: bool, name: str) -> str:
+    """A block scalar's lines after its indicator, in ``form``; when ``numbered``, each led
+    by its number, as a file read with its lines numbered shows them, the file's own
+    indentation after it telling the block's lines.
+    Group ``secret<name>`` holds them, ``indent<name>`` their indentation."""
+    nl, line, tab = form
+    number = r"[ \t]{0,8}+[0-9]{1,9}+" + tab if numbered else ""
+    blanks = r"(?:" + nl + number + r"[ \t]{0,64}+(?=" + nl + r")){0,8}"
+    return (
+        blanks
+        + nl
+        + number
+        + f"(?P<indent{name}>[ \\t]{{1,64}}+)"
+        + r"(?!\[REDACTED\])"
+        + _NOT_BLOCK
+        + f"(?P<secret{name}>"
+        + line
+        + r"(?:"
+        + blanks
+        + nl
+        + number
+        + f"(?P=indent{name})"
+        + line
+        + r"){0,2000})"
+    )
+
+
 _BLOCK = (
-    _BLOCK_HEAD
-    + r"(?:"
-    + _NL
-    + r"[ \t]{0,64}+(?="
-    + _NL
-    + r")){0,8}"
-    + _NL
-    + r"(?P<blockindent>[ \t]{1,64}+)(?!\[REDACTED\])(?P<secret5>"
-    + _BLOCK_LINE
-    + r"(?:(?:"
-    + _NL
-    + r"[ \t]{0,64}+(?="
-    + _NL
-    + r")){0,8}"
-    + _NL
-    + r"(?P=blockindent)"
-    + _BLOCK_LINE
-    + r"){0,2000})"
+    _INDICATOR
+    + "(?:"
+    + "|".join(
+        _block(form, numbered, f"{kind}{'numbered' if numbered else ''}")
+        for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
+        for numbered in (False, True)
+    )
+    + ")"
 )
 # A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
-# of it, to its closing quote, however long (up to the service's limit), bare or in JSON
-# text, when that quote closes it or the text ends there (output cut short), not a line's end
-# (an opening quote in prose). Its run stops at the first quote it does not escape or a line's
+# of it, to its closing quote, however long (up to ``_LONGEST``), bare or in JSON text, when
+# that quote closes it or the text ends there (output cut short), not a line's end (an
+# opening quote in prose). Its run stops at the first quote it does not escape or a line's
 # end, so runs read no text twice.
+# A Kubernetes Secret's limit (1 MiB): past Secrets Manager's 64 KiB as its base64 text
+# (``SecretBinary``) or as escaped JSON text, which are longer than the bytes they hold.
+_LONGEST = 1 << 20
 _CHAR = r"(?:[^\"\\\n]|\\[^\n])"
 _CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
 _WHOLE_STRING = (
-    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _CHAR + r"{1,65536}+)(?=\"|$)"
+    r"\"(?=\{\\\"|"
+    + _CHAR
+    + r"{501})(?P<secret6>"
+    + _CHAR
+    + r"{1,"
+    + str(_LONGEST)
+    + r"}+)(?=\"|$)"
     r"|\\\"(?=\{\\\\\\\"|"
     + _CHAR_ESCAPED
     + r"{501})"
     + r"(?P<secret7>"
     + _CHAR_ESCAPED
-    + r"{1,65536}+)(?=\\\"|$)"
+    + r"{1,"
+    + str(_LONGEST)
+    + r"}+)(?=\\\"|$)"
 )
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])(?:"
@@ -160,8 +218,9 @@ _WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
 # an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a brace or a
-# bracket: an entry of the next object is not this one's.
-_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]){1,128}+"
+# bracket: an entry of the next object is not this one's. A numbered view's line number
+# (``_LINE_NUMBER``) after a line's end is one too (``cat -n``, an editor tool's view).
+_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]|" + _LINE_NUMBER + r"){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
 # A secret's key whose value is an object, or in YAML the lines under it, holding the secret
@@ -206,7 +265,9 @@ _SIBLING = (
 _NAME_AFTER = (
     r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
     + _NL
-    + r")(?:[\s,\"']|\\[nrt\"]){0,128}+"
+    + r")(?:[\s,\"']|\\[nrt\"]|"
+    + _LINE_NUMBER
+    + r"){0,128}+"
     + f"(?:{_ENTRY}){{0,2}}"
     + r"(?:parameter)?(?:name|key|label|id)"
     + _assigned(3)

@@ -40,6 +40,11 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ),
         ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
         ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
+        # a block whose first line begins with a comment's mark, and no comment
+        ("password: |\n  #hunter2x\nuser: bob\n", "#hunter2x"),
+        # a comment after the block's indicator
+        ("password: | # the db's\n  hunter2\nuser: bob\n", "hunter2"),
+        ("  privateKey: >-  # PEM, folded\n    s3cr3t\n    two\n  x: 1\n", "s3cr3t\n    two"),
         # form bodies: the value to the next pair's ``&``, %-escapes and all
         ("password=hunter%212x&user=bob", "hunter%212x"),
         ("grant_type=password&username=bob&password=p%40ss%26w0rd&scope=x", "p%40ss%26w0rd"),
@@ -75,6 +80,11 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
         # a block under a key that names no secret, and a block indicator alone
         "description: |\n  rotate it as the runbook says\n  then restart\n",
         "password: |\nuser: bob\n",
+        "password: | # none yet\nuser: bob\n",
+        # an empty block: the lines after it at its key's indentation are its siblings
+        "db:\n  password: |\n  user: bob\n  host: db\n",
+        "env:\n  - password: |\n  - name: LOG_LEVEL\n    value: debug\n",
+        "db:\n  password: >-\n  # rotated monthly\n  user: bob\n",
         "query=tokens&sort=asc&page=2",
         # an opening quote in prose: a long line after it is no string
         'Set the password: "' + "then restart the service and wait " * 20 + "\nok",
@@ -83,6 +93,83 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
 )
 def test_ordinary_text_in_these_shapes_is_kept(text: str) -> None:
     assert redact(text, _PATTERNS) == (text, 0)
+
+
+# How tools number a file's lines: ``cat -n`` and editor tools' views (a tab after the
+# number), Claude Code's Read tool (an arrow), SWE-agent's ``open`` (a colon).
+_NUMBERINGS = ["{:6}\t", "{:6}\u2192", "{}:"]
+
+
+def _numbered(lines: list[str], numbering: str) -> str:
+    return "".join(numbering.format(i) + line + "\n" for i, line in enumerate(lines, 1))
+
+
+@pytest.mark.parametrize("numbering", _NUMBERINGS)
+def test_a_numbered_file_view_keeps_the_lines_after_a_block(numbering: str) -> None:
+    """A file read with its lines numbered indents every line alike: the block is read by
+    the file's own indentation after each number, and the lines after it are no part of it."""
+    lines = [
+        "stringData:",
+        "  password: |",
+        "    hunter2hunter2",
+        "",
+        "    second-line-of-it",
+        "  username: admin",
+        "kind: Secret",
+    ]
+    view = _numbered(lines, numbering)
+    out, n = redact(view, _PATTERNS)
+    block = f"hunter2hunter2\n{numbering.format(4)}\n{numbering.format(5)}    second-line-of-it"
+    assert (out, n) == (view.replace(block, REDACTED), 1)
+    assert out.endswith(_numbered(lines, numbering).split("\n", 5)[5])
+    assert redact(out, _PATTERNS) == (out, 0)
+    # ... and in JSON text (a call's arguments), whose lines and tabs are escapes
+    for ascii_only in (False, True):
+        written = json.dumps({"content": view}, ensure_ascii=ascii_only)
+        expected = json.dumps({"content": out}, ensure_ascii=ascii_only)
+        assert redact(written, _PATTERNS) == (expected, 1)
+    empty = "db:\n  password: |\n  user: bob\n  host: db\n"
+    assert redact(json.dumps({"content": empty}), _PATTERNS)[1] == 0
+
+
+@pytest.mark.parametrize("numbering", _NUMBERINGS)
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["env:", "- name: DB_PASSWORD", "  value: hunter2x"],
+        ["env:", "- value: hunter2x", "  name: DB_PASSWORD"],
+        ['{"Name": "api_token",', ' "Value": "hunter2x"}'],
+    ],
+)
+def test_a_pair_across_a_numbered_file_views_lines_is_redacted(
+    lines: list[str], numbering: str
+) -> None:
+    """A name/value pair across a numbered view's lines is read through each line's number,
+    bare and in JSON text."""
+    view = _numbered(lines, numbering)
+    out, n = redact(view, _PATTERNS)
+    assert (out, n) == (view.replace("hunter2x", REDACTED), 1)
+    for ascii_only in (False, True):
+        written = json.dumps({"content": view}, ensure_ascii=ascii_only)
+        expected = json.dumps({"content": out}, ensure_ascii=ascii_only)
+        assert redact(written, _PATTERNS) == (expected, 1)
+
+
+def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
+    """Secrets Manager's largest ``SecretBinary`` (64 KiB) is longer than that as its base64
+    text, and a Kubernetes Secret's data reaches 1 MiB: each is redacted whole."""
+    for size in (87_384, 1_000_000):
+        text = json.dumps({"Name": "prod/cert", "SecretBinary": "QUJD" * (size // 4), "V": 1})
+        out, n = redact(text, _PATTERNS)
+        assert (out, n) == (json.dumps({"Name": "prod/cert", "SecretBinary": REDACTED, "V": 1}), 1)
+
+
+@pytest.mark.parametrize("text", ["secret=>-\n    hunter2\n", "token =>|\n  x\n", "pwd=> # c\n  y"])
+def test_an_arrow_is_one_separator_and_what_follows_it_no_blocks_indicator(text: str) -> None:
+    """``=>`` (a Perl or Ruby hash's) is read whole, so its ``>`` is never a block's
+    indicator, read as one at the first pass and as a value at the next."""
+    out, _ = redact(text, _PATTERNS)
+    assert redact(out, _PATTERNS) == (out, 0)
 
 
 def _arguments(args: object) -> tuple[object, int]:
@@ -107,6 +194,21 @@ def test_these_shapes_in_a_calls_arguments_are_redacted_and_stay_json() -> None:
     assert n == 1 and read == {"env": [{"value": REDACTED, "name": "DB_PASSWORD"}]}
     read, n = _arguments({"content": "- value: hunter2secret\n  name: DB_PASSWORD\n"})
     assert n == 1 and read == {"content": f"- value: {REDACTED}\n  name: DB_PASSWORD\n"}
+
+
+def test_a_block_in_json_text_ends_with_its_string() -> None:
+    """In JSON text a block's lines end at the quote that closes their string (a file written
+    with no line's end after the block), and the text stays JSON; in bare text a line holds
+    what it holds, a backslash too."""
+    content = "kind: Secret\nstringData:\n  password: |\n    s3cr3t"
+    read, n = _arguments({"path": "v.yaml", "content": content, "mode": "w"})
+    written = content.replace("s3cr3t", REDACTED)
+    assert n == 1 and read == {"path": "v.yaml", "content": written, "mode": "w"}
+    text = json.dumps({"content": content}) + "\nnext"
+    assert redact(text, _PATTERNS) == (json.dumps({"content": written}) + "\nnext", 1)
+    bare = 'password: |\n  s3cr3t\\n"two"\n  three\nuser: bob\n'
+    out = f"password: |\n  {REDACTED}\nuser: bob\n"
+    assert redact(bare, _PATTERNS) == (out, 1)
 
 
 def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
