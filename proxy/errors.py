@@ -29,6 +29,11 @@ from proxy.cascade.types import ContextLengthExceeded
 __all__ = [
     "ProxyError",
     "ClientRequestError",
+    "INVALID_TYPE",
+    "BELOW_MIN",
+    "MISSING",
+    "EMPTY_ARRAY",
+    "INVALID_VALUE",
     "PayloadTooLarge",
     "NotFound",
     "Unauthorized",
@@ -50,19 +55,42 @@ class ProxyError(Exception):
     code: str | None = None
 
     def __init__(
-        self, message: str, *, param: str | None = None, log_message: str | None = None
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        log_message: str | None = None,
+        code: str | None = None,
     ) -> None:
         """``log_message`` replaces ``message`` in the log when the message quotes what the
-        client sent (the log never holds a body)."""
+        client sent (the log never holds a body). ``code`` replaces the class's, for a 400
+        OpenAI answers with a code of its own (``invalid_type``, ``integer_below_min_value``
+        …): clients that key on OpenAI's codes read the proxy's refusal as OpenAI's."""
         super().__init__(message)
         self.message = message
         self.param = param
         self.log_message = log_message
+        if code is not None:
+            self.code = code
 
 
 class ClientRequestError(ProxyError):
     status_code = 400
     type = "invalid_request_error"
+
+
+# OpenAI's codes for the 400s it answers a body field with; the proxy's refusal of the same
+# field carries the same code (README "Errors the proxy makes itself"), else ``null``.
+INVALID_TYPE = "invalid_type"
+"""A field of another JSON type than it takes."""
+BELOW_MIN = "integer_below_min_value"
+"""An integer below the least it takes (a count of 0)."""
+MISSING = "missing_required_parameter"
+"""A field the request needs, left out."""
+EMPTY_ARRAY = "empty_array"
+"""An array that takes at least one item, sent empty (``messages: []``)."""
+INVALID_VALUE = "invalid_value"
+"""A value of the right type that is none the field takes (a scope of no allowed form)."""
 
 
 class PayloadTooLarge(ClientRequestError):

@@ -21,7 +21,7 @@ from proxy.api.deps import (
 )
 from proxy.api.query import BLANK_IS_UNSET, CURSOR, INTEGER, cursor_place
 from proxy.auth import check_agent, key_agents, may_use_agent
-from proxy.errors import ClientRequestError, PermissionDenied
+from proxy.errors import INVALID_TYPE, MISSING, ClientRequestError, PermissionDenied
 from proxy.listing import FACTS, SUGGESTIONS, read_row_cursor
 from proxy.services import memory as svc, memory_suggestions as suggestions
 from proxy.session_id import validate_session_id
@@ -97,7 +97,11 @@ async def add_fact(
     body = await read_json_body(request, API_BODY_LIMIT)
     text = body.get("text")
     if not isinstance(text, str):
-        raise ClientRequestError("'text' must be a string: the fact to remember", param="text")
+        raise ClientRequestError(
+            "'text' must be a string: the fact to remember",
+            param="text",
+            code=MISSING if text is None else INVALID_TYPE,
+        )
     fact = await svc.add_fact(
         pool, cfg, tenant=tenant, scope=_scope(request, body.get("scope")), text=text
     )
@@ -168,7 +172,7 @@ async def accept_suggestion(
         not isinstance(facts, list) or not all(isinstance(f, str) for f in facts)
     ):
         raise ClientRequestError(
-            "'facts' must be a list of strings: the facts to keep", param="facts"
+            "'facts' must be a list of strings: the facts to keep", param="facts", code=INVALID_TYPE
         )
     return await suggestions.accept_suggestion(
         pool,

@@ -28,7 +28,7 @@ from proxy.api.query import BLANK_IS_UNSET, CURSOR, INTEGER, cursor_place
 from proxy.api.session_schemas import BAD_CURSOR, ok
 from proxy.auth import key_in_force
 from proxy.cascade.types import SESSION_RESET
-from proxy.errors import ClientRequestError, PermissionDenied
+from proxy.errors import INVALID_TYPE, ClientRequestError, PermissionDenied
 from proxy.listing import read_session_cursor
 from proxy.services import session_changes, sessions as svc
 from proxy.services.client_watch import ClientWatch
@@ -172,7 +172,9 @@ async def branch_session(
     body = await read_json_body(request, API_BODY_LIMIT, optional=True)
     new_id = body.get("id")
     if new_id is not None and not isinstance(new_id, str):
-        raise ClientRequestError("'id' must be a string: the new session's id", param="id")
+        raise ClientRequestError(
+            "'id' must be a string: the new session's id", param="id", code=INVALID_TYPE
+        )
     # the client is watched only while it waits
     with ClientWatch(request.receive) as client, _held_to(agents, session_id):
         return await session_changes.branch_session(

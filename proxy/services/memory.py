@@ -20,7 +20,7 @@ from typing import Any
 from proxy.cascade.memory import sanitize_facts
 from proxy.cascade.redaction import compile_patterns
 from proxy.config import AGENT_NAME, Config
-from proxy.errors import ClientRequestError, NotFound
+from proxy.errors import INVALID_TYPE, INVALID_VALUE, ClientRequestError, NotFound
 from proxy.listing import FACTS, iso_time, page_of, row_cursor, rows_to_read
 from proxy.store import memory as store
 
@@ -58,7 +58,12 @@ def parse_scope(scope: str | None, *, param: str = "scope") -> str:
     if not isinstance(scope, str) or (scope != GLOBAL and not _AGENT.fullmatch(scope)):
         shape = "scope must be 'global' or 'agent:<name>' (an agent's name, 1 to 256 characters)"
         # the value is a query's or a body's: the client is told it, the log is not
-        raise ClientRequestError(f"{shape}; got {scope!r}", param=param, log_message=shape)
+        raise ClientRequestError(
+            f"{shape}; got {scope!r}",
+            param=param,
+            log_message=shape,
+            code=INVALID_VALUE if isinstance(scope, str) else INVALID_TYPE,
+        )
     return scope
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.config import Config
-from proxy.errors import ClientRequestError, NotFound
+from proxy.errors import EMPTY_ARRAY, INVALID_VALUE, ClientRequestError, NotFound
 from proxy.listing import SUGGESTIONS, iso_time, page_of, row_cursor, rows_to_read
 from proxy.services.memory import (
     check_writable,
@@ -157,6 +157,7 @@ async def accept_suggestion(
             f"'facts' is empty: accepting none of suggestion {suggestion_id!r}'s facts stores "
             "nothing; reject it instead (POST …/reject)",
             param="facts",
+            code=EMPTY_ARRAY,
         )
     chosen = list(found["facts"]) if facts is None else list(facts)
     unknown = [f for f in chosen if f not in found["facts"]]
@@ -164,6 +165,7 @@ async def accept_suggestion(
         raise ClientRequestError(
             f"facts not in suggestion {suggestion_id!r}: {unknown!r}",
             param="facts",
+            code=INVALID_VALUE,
             log_message=f"{len(unknown)} of the facts sent are not in suggestion {suggestion_id!r}",
         )
     async with pool.acquire() as conn, conn.transaction():  # answered only with its facts

@@ -112,18 +112,21 @@ def test_a_duplicate_the_insert_skips_is_the_same_400(
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "param", "code"),
     [
-        {"scope": "agent:", "text": "x"},
-        {"scope": "team", "text": "x"},
-        {"scope": 3, "text": "x"},
-        {"scope": "global"},
-        {"scope": "global", "text": 5},
+        ({"scope": "agent:", "text": "x"}, "scope", "invalid_value"),
+        ({"scope": "team", "text": "x"}, "scope", "invalid_value"),
+        ({"scope": 3, "text": "x"}, "scope", "invalid_type"),
+        ({"scope": "global"}, "text", "missing_required_parameter"),
+        ({"scope": "global", "text": 5}, "text", "invalid_type"),
     ],
 )
-def test_a_malformed_add_is_a_400(http: httpx.Client, body: dict[str, Any]) -> None:
+def test_a_malformed_add_is_a_400_with_openais_code(
+    http: httpx.Client, body: dict[str, Any], param: str, code: str
+) -> None:
     r = http.post("/v1/memory", json=body)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    assert (r.json()["error"]["param"], r.json()["error"]["code"]) == (param, code)
 
 
 @pytest.mark.parametrize(
@@ -253,6 +256,7 @@ def test_accepting_no_facts_is_a_400_that_says_to_reject(http: httpx.Client, db_
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == "facts" and "reject" in error["message"], error
+    assert error["code"] == "empty_array"  # OpenAI's code for an array sent empty
     assert [s["id"] for s in http.get("/v1/memory/suggestions").json()["data"]] == ["sug-none"]
     assert http.post("/v1/memory/suggestions/sug-none/reject").status_code == 200
     assert texts(http) == []
@@ -283,6 +287,7 @@ def test_a_fact_not_in_the_suggestion_is_a_400(
     suggest(db_dsn, "s1", "sug-5", ["A is 1"])
     r = http.post("/v1/memory/suggestions/sug-5/accept", json={"facts": ["Z is 26"]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "facts"
+    assert r.json()["error"]["code"] == "invalid_value"
     assert "Z is 26" in r.json()["error"]["message"]  # the client is told which
     records.access(1)
     logged = [rec.getMessage() for rec in records.errors()]
@@ -291,10 +296,8 @@ def test_a_fact_not_in_the_suggestion_is_a_400(
         " 1 of the facts sent are not in suggestion 'sug-5'"
     ]
     assert texts(http) == []
-    assert (
-        http.post("/v1/memory/suggestions/sug-5/accept", json={"facts": "A is 1"}).status_code
-        == 400
-    )
+    no_list = http.post("/v1/memory/suggestions/sug-5/accept", json={"facts": "A is 1"})
+    assert (no_list.status_code, no_list.json()["error"]["code"]) == (400, "invalid_type")
 
 
 def test_a_suggestion_goes_to_its_scope_or_its_agents(http: httpx.Client, db_dsn: str) -> None:

@@ -48,7 +48,9 @@ def test_a_count_the_proxy_reads_of_another_type_is_a_400_naming_it(
     for case, (name, value, said) in BAD_COUNTS.items():
         err = _assert_error_shape(_post(http, "counts", **{name: value}), 400)
         assert err["param"] == name, case
-        assert err["type"] == "invalid_request_error" and err["code"] is None, case
+        # OpenAI's codes: a count below 1 is integer_below_min_value, another type invalid_type
+        code = "integer_below_min_value" if type(value) is int else "invalid_type"
+        assert err["type"] == "invalid_request_error" and err["code"] == code, case
         assert f"'{name}' must be an integer of at least 1 ({said})" == err["message"], case
     for extra in ({"n": "2"}, {"max_tokens": "100"}):  # as the SDK sends what a caller adds
         with pytest.raises(openai.BadRequestError) as raised:
