@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from proxy import answers
+from proxy.api.chat_body import COUNTS, check_body
 from proxy.api.deps import (
     MAX_BODY_BYTES,
     ConfigDep,
@@ -35,8 +36,6 @@ from proxy.api.deps import (
     upstream_query,
 )
 from proxy.auth import check_agent, key_agents, key_in_force
-from proxy.errors import ClientRequestError
-from proxy.jsonio import dumps
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
 from proxy.requestlog import note_session
@@ -49,79 +48,6 @@ from proxy.upstream import response_headers
 __all__ = ["router", "routes", "OPENAPI_PATHS"]
 
 router = APIRouter()
-
-
-# Fields the proxy reads or extends before forwarding: a wrong type is the client's error
-# (400 naming it), never a 500, and is caught before the session is locked.
-_TYPED = (
-    ("model", str, "a string"),
-    ("stream", bool, "a boolean"),
-    ("stream_options", dict, "an object"),
-    ("tools", list, "an array"),
-)
-
-
-def _check_body(body: dict[str, Any], checked: int = 0) -> None:
-    """400 for a body the proxy cannot route; the first ``checked`` messages are known to
-    pass (``ResentBodies.checked``: the same objects an earlier request's check passed)."""
-    for name, kind, what in _TYPED:
-        value = body.get(name)
-        if value is not None and not isinstance(value, kind):
-            raise ClientRequestError(f"'{name}' must be {what}", param=name)
-    # The proxy sets include_usage itself upstream, so a wrong one would never be refused there.
-    usage = (body.get("stream_options") or {}).get("include_usage")
-    if usage is not None and not isinstance(usage, bool):
-        raise ClientRequestError(
-            "'stream_options.include_usage' must be a boolean", param="stream_options.include_usage"
-        )
-    for name in _COUNTS:
-        value = body.get(name)
-        if value is not None and (type(value) is not int or value < 1):
-            raise ClientRequestError(
-                f"'{name}' must be an integer of at least 1 (got {_shown(value)})", param=name
-            )
-    _check_messages(body, checked)
-
-
-# Counts the proxy reads (the output its budget reserves; several choices, which take no
-# read_tool_output): a string, boolean or float was read as no count, or true as 1.
-_COUNTS = ("max_tokens", "max_completion_tokens", "n")
-
-
-def _shown(value: Any) -> str:
-    """``value`` as JSON writes it (``true``, ``-5``, ``100.0``), else its JSON type."""
-    if isinstance(value, str | list | dict):
-        return {str: "a string", list: "an array", dict: "an object"}[type(value)]
-    text = dumps(value).decode()
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
-_ID_TYPES = (str, type(None))  # a tool_call_id, or none (absent, or null as some SDKs send)
-
-
-def _check_messages(body: dict[str, Any], checked: int = 0) -> None:
-    messages = body.get("messages")
-    if messages is None:
-        raise ClientRequestError("missing required parameter 'messages'", param="messages")
-    if not isinstance(messages, list) or not messages:
-        raise ClientRequestError("'messages' must be a non-empty array", param="messages")
-    start = checked if 0 <= checked <= len(messages) else 0
-    if all(
-        type(m) is dict
-        and type(m.get("role")) is str
-        and type(m.get("tool_call_id", "")) in _ID_TYPES
-        for m in messages[start:]
-    ):
-        return  # the common case, in one pass over what is new since the last request
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ClientRequestError(
-                f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]"
-            )
-        if type(m.get("tool_call_id", "")) not in _ID_TYPES:
-            raise ClientRequestError(
-                f"messages[{i}].tool_call_id must be a string", param=f"messages[{i}].tool_call_id"
-            )
 
 
 async def _chat(request: Request, path_id: str | None) -> Response:
@@ -144,7 +70,7 @@ async def _chat(request: Request, path_id: str | None) -> Response:
         setting=MAX_BODY_BYTES,
         values=state.settings.max_body_values,
     )
-    _check_body(body, state.chat.bodies.checked(key, body))
+    check_body(body, state.chat.bodies.checked(key, body))
     state.chat.bodies.mark_checked(key, body)
     rt = route(cfg, body)
     check_agent(request.scope, rt.agent)
@@ -210,8 +136,8 @@ def _chat_operation(session: bool) -> dict[str, Any]:
                 "type": "object",
                 "properties": {"include_usage": {"type": "boolean"}},
             },
-            # refused below 1 (_check_body); n's most is OpenAI's, which the provider judges
-            **{name: {"type": ["integer", "null"], "minimum": 1} for name in _COUNTS},
+            # refused below 1 (check_body); n's most is OpenAI's, which the provider judges
+            **{name: {"type": ["integer", "null"], "minimum": 1} for name in COUNTS},
             "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},
         },
     }

@@ -62,7 +62,7 @@ def test_the_chat_operation_describes_its_json_body(tmp_path: Path) -> None:
 
 def test_the_chat_body_documents_the_counts_the_proxy_refuses(tmp_path: Path) -> None:
     """``max_tokens``, ``max_completion_tokens`` and ``n`` below 1 or of another type are the
-    proxy's 400 (``chat._check_body``): the body's schema says so, as it does for the other
+    proxy's 400 (``chat_body.check_body``): the body's schema says so, as it does for the other
     fields it checks, so a client built from the document does not send one it calls valid.
     ``n`` is at most 128, as OpenAI's own document has it (each choice is an answer)."""
     doc = _app(tmp_path).openapi()

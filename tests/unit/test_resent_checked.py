@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.api import chat
+from proxy.api import chat_body
 from proxy.errors import ClientRequestError
 from proxy.services.resent import ResentBodies
 
@@ -23,20 +23,20 @@ def _checks(monkeypatch: pytest.MonkeyPatch, n: int) -> int:
     """Messages examined by the second of two requests, the second extending the first by
     two messages, over a history of ``n``."""
     examined = [0]
-    real = chat._ID_TYPES
+    real = chat_body._ID_TYPES
 
     class Counting(tuple[type, ...]):
         def __contains__(self, item: object) -> bool:
             examined[0] += 1
             return item in real
 
-    monkeypatch.setattr(chat, "_ID_TYPES", Counting(real))
+    monkeypatch.setattr(chat_body, "_ID_TYPES", Counting(real))
     cache = ResentBodies(min_bytes=0)
     history = _history(n)
     for extra in ([], [{"role": "user", "content": "more"}, {"role": "assistant", "content": "x"}]):
         examined[0] = 0
         body = cache.parse(KEY, orjson.dumps({"model": "m", "messages": history + extra}))
-        chat._check_body(body, cache.checked(KEY, body))
+        chat_body.check_body(body, cache.checked(KEY, body))
         cache.mark_checked(KEY, body)
     return examined[0]
 
@@ -50,12 +50,12 @@ def test_a_body_whose_check_failed_is_checked_in_full_next_time() -> None:
     bad = [*_history(10), {"role": 3, "content": "x"}]
     body = cache.parse(KEY, orjson.dumps({"model": "m", "messages": bad}))
     with pytest.raises(ClientRequestError):
-        chat._check_body(body, cache.checked(KEY, body))
+        chat_body.check_body(body, cache.checked(KEY, body))
     again = cache.parse(KEY, orjson.dumps({"model": "m", "messages": [*bad, *_history(2)]}))
     assert again["messages"][0] is body["messages"][0]  # the fast path, yet nothing vouched
     assert cache.checked(KEY, again) == 0
     with pytest.raises(ClientRequestError, match=r"messages\[10\]"):
-        chat._check_body(again, cache.checked(KEY, again))
+        chat_body.check_body(again, cache.checked(KEY, again))
 
 
 def test_only_the_body_last_parsed_under_the_key_is_vouched_for() -> None:
