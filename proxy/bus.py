@@ -1,14 +1,14 @@
 """Event bus: persist (unless transient), then fan out through Postgres LISTEN/NOTIFY.
 
 Every replica LISTENs on one channel and hands each notification to its local subscribers
-(open SSE streams), so a subscriber on one replica sees events another produced. Delivery
-to local subscribers happens only through NOTIFY, even on the producing replica, so every
+(open SSE streams), so a subscriber on one replica sees events another produced. Delivery to
+local subscribers happens only through NOTIFY, even on the producing replica, so every
 replica sees the same order. Persisted events are announced by a trigger on the ``events``
 table (migration 0002), so a request inserts them inside statements it runs anyway. A
 payload too big for NOTIFY (8000 bytes) carries only the row id and the listener reads the
-row back; a transient one goes out with its stamp and figures only, its lists dropped,
-marked ``truncated``, except a delta, whose text is cut into pieces that each fit
-(``bus_payloads.pieces``).
+row back, the session's later events waiting for it (``bus_order.py``); a transient one goes
+out with its stamp and figures only, its lists dropped, marked ``truncated``, except a
+delta, whose text is cut into pieces that each fit (``bus_payloads.pieces``).
 
 A persisted event is announced only while some replica watches its session (migration
 0004): ``subscribe`` registers the session in ``event_watchers`` before the caller replays,
@@ -69,6 +69,7 @@ from proxy.bus_listen import (
     listen_url,
     until_lost,
 )
+from proxy.bus_order import InOrder
 from proxy.bus_payloads import (
     LAGGED,
     RELISTENED,
@@ -125,8 +126,7 @@ class EventBus:
         self._retrying = False  # a try failed since the listener last connected
         self._losses = Losses(self._where, pooled=pooled)  # what it says of its losses
         self._subs: dict[tuple[str, str], set[asyncio.Queue[BusEvent]]] = defaultdict(set)
-        # per session, the delivery that must finish first (an event read back from the table)
-        self._behind: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._order = InOrder(self._deliver, self._deliver_row)  # a session's, as they came
         self._remote: frozenset[tuple[str, str]] = frozenset()  # other replicas' (keeper)
         self._watched_failing = False  # the last read of them failed: said once
         self._listener: asyncpg.Connection | None = None
@@ -276,34 +276,7 @@ class EventBus:
         key = (msg["t"], msg["s"])
         if key not in self._subs:
             return
-        before = self._behind.get(key)
-        if msg.get("gone") and before is None:
-            self._deliver(key, SESSION_GONE)
-            return
-        if msg.get("d") is None or before is not None:
-            # A notification too big to carry its data is read back from the table; the
-            # session's later ones wait for it, so a stream gets its events in order.
-            task = asyncio.get_running_loop().create_task(self._deliver_after(before, key, msg))
-            self._behind[key] = task
-            task.add_done_callback(
-                lambda t: self._behind.pop(key, None) if self._behind.get(key) is t else None
-            )
-            return
-        self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
-
-    async def _deliver_after(
-        self, before: asyncio.Task[None] | None, key: tuple[str, str], msg: dict[str, Any]
-    ) -> None:
-        if before is not None:
-            await asyncio.wait({before})  # it never raises: see below
-        if msg.get("gone"):
-            self._deliver(key, SESSION_GONE)
-            return
-        if msg["d"] is not None:
-            self._deliver(key, BusEvent(msg["n"], msg["d"], msg["i"]))
-            return
-        with contextlib.suppress(Exception):  # the stream's periodic catch-up still has it
-            await self._deliver_row(key, msg["n"], msg["i"])
+        self._order.hand(key, msg)
 
     async def _deliver_row(self, key: tuple[str, str], name: str, event_id: int) -> None:
         rows = await store.fetch_events_after(

@@ -5,9 +5,10 @@ not given as flags are read from the environment (``proxy.settings``). ``session
 to a running proxy over HTTP (``proxy.cli_sessions``), and so does ``memory …``
 (``proxy.cli_memory``), both through ``proxy.cli_api``; ``proxy.cli_run`` runs each command.
 
-This is the console script's module, so it imports the standard library alone: the rest
-(pydantic, the app, httpx, asyncpg) takes a moment to load, and is imported inside the
-guard that makes Ctrl-C, at any point of the start too, exit 130 without a traceback.
+This is the console script's module, so it imports the standard library alone (and its
+arguments' types, ``proxy.cli_args``, which do too): the rest (pydantic, the app, httpx,
+asyncpg) takes a moment to load, and is imported inside the guard that makes Ctrl-C, at any
+point of the start too, exit 130 without a traceback.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from proxy import DEFAULT_CONFIG, __version__
+from proxy import DEFAULT_CONFIG, __version__, cli_args as arg
 
 __all__ = ["main", "option_names"]
 
@@ -104,13 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the proxy", description="Run the proxy.")
     serve.add_argument(
         "--host",
-        type=_host,
+        type=arg.host,
         help="address to listen on (env CASCADE_HOST; default "
         "127.0.0.1); a non-loopback one needs proxy keys (auth.keys) or "
         "--allow-unauthenticated",
     )
     serve.add_argument(
-        "--port", type=_port, help="TCP port to listen on (env CASCADE_PORT; default 8080)"
+        "--port", type=arg.port, help="TCP port to listen on (env CASCADE_PORT; default 8080)"
     )
     serve.add_argument(
         "--config",
@@ -178,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         _client_options(a)
         if action != "ls":
-            a.add_argument("id", type=_path_session_id, help="the session id")
+            a.add_argument("id", type=arg.path_session_id, help="the session id")
         if action in ("ls", "messages"):
             _page_options(a, 100 if action == "ls" else 1000, cursor=action == "ls")
         if action == "ls":
@@ -196,7 +197,9 @@ def _parser() -> argparse.ArgumentParser:
             )
         if action == "branch":
             a.add_argument(
-                "--new-id", type=_session_id, help="the new session's id (default: ID-branch-<hex>)"
+                "--new-id",
+                type=arg.session_id,
+                help="the new session's id (default: ID-branch-<hex>)",
             )
     _memory_parser(sub)
     return p
@@ -208,12 +211,12 @@ def _page_options(p: argparse.ArgumentParser, limit: int, *, cursor: bool = Fals
     ``--offset`` as the API's 400. That ``--offset`` defaults to None (read as 0): argparse
     takes an option as given when its value is not the default object, and 0 is always 0."""
     p.add_argument(
-        "--limit", type=_count(1), default=limit, help="how many to list (default %(default)s)"
+        "--limit", type=arg.count(1), default=limit, help="how many to list (default %(default)s)"
     )
     start = p.add_mutually_exclusive_group() if cursor else p
     start.add_argument(
         "--offset",
-        type=_count(0, _BIGINT_MAX),
+        type=arg.count(0, arg.BIGINT_MAX),
         default=None if cursor else 0,
         help="how many to skip first (default 0)",
     )
@@ -294,7 +297,7 @@ def _memory_parser(sub: Any) -> None:
             a.add_argument("text", help="the fact, one sentence")
         if action == "rm":
             a.add_argument(
-                "id", type=_count(1, _BIGINT_MAX), help="the fact's id (see 'memory ls')"
+                "id", type=arg.count(1, arg.BIGINT_MAX), help="the fact's id (see 'memory ls')"
             )
         if action == "suggestions":
             a.add_argument(
@@ -305,7 +308,7 @@ def _memory_parser(sub: Any) -> None:
             _page_options(a, 100, cursor=True)
         if action in ("accept", "reject"):
             a.add_argument(
-                "id", type=_suggestion_id, help="the suggestion's id (see 'memory suggestions')"
+                "id", type=arg.suggestion_id, help="the suggestion's id (see 'memory suggestions')"
             )
         if action == "accept":
             a.add_argument(
@@ -315,73 +318,3 @@ def _memory_parser(sub: Any) -> None:
                 metavar="TEXT",
                 help="keep only this fact of the suggestion (repeatable; default: all)",
             )
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:  # argparse would say "invalid _port value"
-        port = 0
-    if not 1 <= port <= 65535:  # uvicorn would take 99999 and listen somewhere else
-        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
-    return port
-
-
-_BIGINT_MAX = 2**63 - 1
-"""The largest offset or fact id the API takes (a Postgres bigint; ``proxy.api.deps``)."""
-
-
-def _count(least: int, most: int | None = None) -> Callable[[str], int]:
-    """An integer option of ``least`` or more (and ``most`` or less): one the API can never
-    take is the option's usage error, not a request whose 400 names the API's
-    ``query.limit`` or ``path.fact_id``."""
-
-    def count(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:  # argparse would say "invalid count value"
-            value = least - 1
-        if value < least:
-            shown = text if text.strip() else repr(text)  # "--offset ''" said " is not …"
-            raise argparse.ArgumentTypeError(f"{shown} is not a count of {least} or more")
-        if most is not None and value > most:
-            raise argparse.ArgumentTypeError(f"{text} is above {most}, the largest the API takes")
-        return value
-
-    return count
-
-
-def _host(text: str) -> str:
-    """An address as given, an IPv6 one without its URL brackets; an empty one would bind
-    every interface (``CASCADE_HOST`` is refused alike, ``proxy.settings``)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty address: give one, 127.0.0.1 by default")
-    from proxy.settings import unbracketed  # serve's option alone: the other commands skip it
-
-    return unbracketed(text)
-
-
-def _session_id(text: str) -> str:
-    """A session id as given; the proxy checks the rest. An empty one would name no session
-    in the URL (``GET /v1/sessions/``) or, for ``--new-id``, be dropped for a generated id."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty session id")
-    return text
-
-
-def _suggestion_id(text: str) -> str:
-    """A suggestion id for the URL's path, checked as :func:`_path_session_id` checks a
-    session's: an empty one or one with a ``/`` makes a path no route takes."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty suggestion id")
-    if "/" in text:
-        raise argparse.ArgumentTypeError("a suggestion id holds no '/'")
-    return text
-
-
-def _path_session_id(text: str) -> str:
-    """A session id for the URL's path: no ``/`` either, which, encoded or not, makes a
-    path no session route takes (the proxy's 404 ``unknown_url``, worded for a wrong URL)."""
-    if "/" in _session_id(text):
-        raise argparse.ArgumentTypeError("a session id holds no '/'")
-    return text

@@ -16,12 +16,11 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
 from proxy.cli_text import cell, printable
-from proxy.listen import is_loopback
+from proxy.cli_url import check_port, has_credentials, on_loopback
 from proxy.logs import without_credentials
 
 __all__ = [
@@ -31,10 +30,6 @@ __all__ = [
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
     "call_api",
-    "origin_of",
-    "has_credentials",
-    "has_query",
-    "path_segment",
 ]
 
 
@@ -70,48 +65,6 @@ is said to be unreachable, not to be working on it."""
 
 # What a bearer token in a header may hold: visible ASCII, no space.
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
-
-
-def origin_of(url: str) -> str:
-    """The proxy's origin from ``--url``/``CASCADE_URL``, without a trailing slash. The
-    client base URL the start-up banner prints (``http://host:port/v1``) is taken as its
-    origin, since the routes here start with ``/v1``; any other path is kept, for a proxy
-    mounted under a prefix."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # "http://[::1": call_api reports it as not a URL
-        return url.rstrip("/")
-    if parts.path in ("/v1", "/v1/"):
-        return urlunsplit(parts._replace(path=""))
-    return url.rstrip("/")
-
-
-def path_segment(text: str) -> str:
-    """``text`` as one segment of an API path, escaped whole, dots too: a client resolves
-    ``.`` or ``..`` as a path step (``sessions show ..`` asked ``GET /v1``); escaped, they
-    reach the proxy, which says they name nothing."""
-    return quote(text, safe="").replace(".", "%2E")
-
-
-def has_credentials(url: str) -> bool:
-    """Whether ``url`` carries a user or a password, which httpx sends as Basic auth in the
-    Authorization header (for a reverse proxy in front of the proxy), as it decides."""
-    try:
-        parts = urlsplit(url)
-        return bool(parts.username or parts.password)
-    except ValueError:  # "http://[::1": call_api reports it as not a URL
-        return False
-
-
-def has_query(url: str) -> bool:
-    """Whether ``url``, one httpx takes, has a query or a fragment (``?`` or ``#``, empty
-    too): the API's path is appended to the URL, and would land in it. A URL httpx refuses
-    (a ``#`` in a password) is left to ``call_api``, which says it is none."""
-    try:
-        httpx.URL(url)
-    except httpx.InvalidURL:
-        return False
-    return "?" in url or "#" in url
 
 
 def call_api(
@@ -185,7 +138,7 @@ def _send(
     method, path, params, body = request
     shown_url = without_credentials(url)
     try:
-        _check_port(url)
+        check_port(url)
         resp = _within(
             WAIT_SECONDS,
             lambda: httpx.request(
@@ -195,7 +148,7 @@ def _send(
                 params=params,
                 json=body,
                 timeout=httpx.Timeout(WAIT_SECONDS, connect=min(CONNECT_SECONDS, WAIT_SECONDS)),
-                trust_env=not _on_loopback(url),
+                trust_env=not on_loopback(url),
             ),
         )
     # InvalidURL is raised apart from TransportError ("http://[::1"); UnsupportedProtocol is
@@ -363,25 +316,3 @@ def _ca_files_refused(exc: OSError) -> str:
     return f"cannot load the CA certificates ({', '.join(named) or 'the default ones'}): " + (
         cell(exc.strerror or str(exc))
     )
-
-
-def _check_port(url: str) -> None:
-    """Raise httpx's ``InvalidURL`` for a port out of 1-65535, which httpx takes and calls
-    another port for (``:99999`` its remainder), or port 0, which no server listens on: a
-    usage error, not a proxy that is not there."""
-    try:
-        port = urlsplit(url).port  # raises for one out of range
-    except ValueError as exc:
-        raise httpx.InvalidURL(str(exc)) from None
-    if port == 0:
-        raise httpx.InvalidURL("Port 0 is no TCP port to call, 1-65535")
-
-
-def _on_loopback(url: str) -> bool:
-    """Whether ``url`` names this machine: called direct, as Go clients do, not through the
-    ``HTTP_PROXY``/``ALL_PROXY`` egress proxy the environment may set for provider calls,
-    which would see the proxy key or refuse a loopback address."""
-    try:
-        return is_loopback(urlsplit(url).hostname or "")
-    except ValueError:  # "http://[::1": httpx says it is not a URL
-        return False

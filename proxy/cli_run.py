@@ -23,9 +23,9 @@ from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
 from proxy.banner import client_origin
 from proxy.cli import option_names
-from proxy.cli_api import has_credentials, has_query, origin_of
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
+from proxy.cli_url import has_credentials, has_query, origin_of
 from proxy.config import ConfigError, config_warnings
 from proxy.config_watch import load_named
 from proxy.listen import InsecureListen

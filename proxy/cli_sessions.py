@@ -14,9 +14,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from proxy.cli_api import call_api, path_segment
+from proxy.cli_api import call_api
 from proxy.cli_paging import next_page, offset_of, page_params, past_the_end
 from proxy.cli_text import cell, table
+from proxy.cli_url import path_segment
 
 __all__ = ["run_sessions", "ACTIONS"]
 

@@ -2,7 +2,8 @@
 
 The ``context`` section's blocks, which the cascade reads, are in ``config_context.py``;
 here are the rest of the file (providers, models, agents, embedding, auth), ``Config`` and
-the loader, which merges each agent's ``context`` over the top-level one.
+the loader, which merges each agent's ``context`` over the top-level one; reading the file
+into a JSON object is ``config_file.py``'s.
 
 Keys are camelCase in the file and snake_case in Python; the file's snake_case spelling of
 a key is read as its camelCase one, in an agent's ``context`` too (``camel_keys``). Every key
@@ -43,6 +44,7 @@ from proxy.config_checks import (
     config_warnings,
 )
 from proxy.config_context import Block, ContextConfig
+from proxy.config_file import read_object
 from proxy.settings import describe_errors
 
 __all__ = [
@@ -336,19 +338,6 @@ def _as_json(data: Mapping[str, Any]) -> str:
     return json.dumps(data, allow_nan=True)
 
 
-class _DuplicateKey(ValueError):
-    """A JSON object of the config file names one key twice (``args[0]``)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def load_config(
     path: str | Path | None, env: Mapping[str, str] | None = None, data: bytes | None = None
 ) -> Config:
@@ -357,24 +346,4 @@ def load_config(
     is loaded is what was judged, not the file again, which an editor may be writing."""
     if path is None:
         return parse_config({}, env)
-    p = Path(path)
-    try:
-        text = (p.read_bytes() if data is None else data).decode("utf-8-sig")  # a BOM is dropped
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {p} does not exist") from exc
-    except OSError as exc:  # a directory, no permission: rejected like bad JSON
-        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-    try:
-        raw = json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
-        raise ConfigError(
-            f"{p}: the key {exc.args[0]!r} appears twice in one object; JSON keeps only the "
-            "last, so one of them would be silently ignored"
-        ) from None
-    except (ValueError, RecursionError) as exc:  # an integer past 4300 digits; deep nesting
-        raise ConfigError(f"{p} is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{p} must hold a JSON object at the top level")
-    return parse_config(raw, env)
+    return parse_config(read_object(path, data), env)

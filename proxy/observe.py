@@ -2,10 +2,10 @@
 
 ``Observe`` sits just inside ``AccessLog`` (whose ``requestlog.RequestRecord`` it extends with
 a ``RequestObs``). For every HTTP request it counts ``cascade_requests_total``, the duration
-and the requests in flight by route template, opens the request's span when tracing is on,
-and puts ``X-Cascade-Overhead-Ms`` on every chat response: the milliseconds from the
-request's arrival until its response started, less the time spent waiting for providers
-(for a stream, until the provider's first byte). The same figure goes to
+and the requests in flight by route template (``route_templates.py``), opens the request's
+span when tracing is on, and puts ``X-Cascade-Overhead-Ms`` on every chat response: the
+milliseconds from the request's arrival until its response started, less the time spent
+waiting for providers (for a stream, until the provider's first byte). The same figure goes to
 ``cascade_overhead_seconds`` for each request that called a provider.
 
 Code further down reports to the request's ``RequestObs`` through the notes
@@ -15,13 +15,11 @@ Code further down reports to the request's ``RequestObs`` through the notes
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
@@ -39,6 +37,7 @@ from proxy.observe_notes import (
     note_swept_compaction,
     note_usage,
 )
+from proxy.route_templates import route_template
 from proxy.tracing import Tracing, operation_for
 
 __all__ = [
@@ -241,51 +240,6 @@ def _set_usage(span: Any, usage: Mapping[str, Any]) -> None:
 
 
 # -- the middleware -------------------------------------------------------------------------
-
-
-def route_template(scope: Scope, templates: dict[Any, str]) -> str:
-    """The template of the route that took the request (``none`` when none did).
-
-    FastAPI's own routes leave themselves in ``scope["route"]``; a plain Starlette route (the
-    chat routes) leaves its ``endpoint``, looked up in ``templates``: endpoint -> path, filled
-    from the app's routes on a miss.
-    """
-    path = getattr(scope.get("route"), "path", None)
-    if isinstance(path, str) and path:
-        return _as_written(path)
-    endpoint = scope.get("endpoint") or _matched(scope)
-    if endpoint is None:
-        return "none"
-    found = templates.get(endpoint)
-    if found is None:
-        app = scope.get("app")
-        for route in getattr(getattr(app, "router", None), "routes", ()):
-            target = getattr(route, "endpoint", None) or getattr(route, "app", None)
-            if target is not None and isinstance(getattr(route, "path", None), str):
-                templates.setdefault(target, _as_written(route.path or "/"))
-        found = templates.setdefault(endpoint, "none")
-    return found
-
-
-def _matched(scope: Scope) -> Any:
-    """The endpoint of the route whose path and method ``scope`` matches, for a request the
-    router never saw (the proxy-key gate's 401), or None."""
-    app = scope.get("app")
-    for route in getattr(getattr(app, "router", None), "routes", ()):
-        match, child = route.matches(scope)
-        if match is Match.FULL:
-            return child.get("endpoint")
-    return None
-
-
-_CONVERTER = re.compile(r"\{(\w+):\w+\}")
-
-
-def _as_written(path: str) -> str:
-    """A route's template as its parameters are named (``/v1/models/{model}``), without
-    Starlette's converter (``{model:model_id}``), which is how the route is declared, not what a
-    dashboard or a trace viewer should show."""
-    return _CONVERTER.sub(r"{\1}", path) if ":" in path else path
 
 
 class Observe:
