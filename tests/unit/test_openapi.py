@@ -78,10 +78,10 @@ def test_the_chat_body_documents_the_counts_the_proxy_refuses(tmp_path: Path) ->
 def test_n_past_the_documented_most_is_forwarded_not_refused() -> None:
     """The document's 128 is OpenAI's most, which the provider judges: another provider may
     take more, so the proxy refuses only what it checks (below 1, not an integer)."""
-    from proxy.api.chat import _check_body
+    from proxy.api.chat_body import check_body
 
     for n in (128, 129, 2**57):
-        _check_body({"messages": [{"role": "user", "content": "hi"}], "n": n})
+        check_body({"messages": [{"role": "user", "content": "hi"}], "n": n})
 
 
 def _operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
