@@ -13,8 +13,19 @@ import pytest
 
 from proxy.cascade.types import USAGE
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import StartProxy, replied, write_config
+from tests.integration.api.conftest import (
+    ProxyServer,
+    StartProxy,
+    replied,
+    wait_for,
+    write_config,
+)
 from tests.integration.api.test_events import EventStream, Frame, open_events
+from tests.integration.api.test_events_listener_lost import (
+    _end_listener,
+    _listener_pid,
+    _until_end,
+)
 
 KEY_A = "cascade-key-tenant-a-c3f9a1"
 KEY_B = "cascade-key-tenant-b-77e0b4"
@@ -22,12 +33,12 @@ SID = "shared-run"
 
 
 @pytest.fixture
-def origin(
+def proxy(
     start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> str:
+) -> ProxyServer:
     monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
     monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B)
     auth = {
@@ -37,7 +48,12 @@ def origin(
         ]
     }
     path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth)
-    return start_proxy(path).origin
+    return start_proxy(path)
+
+
+@pytest.fixture
+def origin(proxy: ProxyServer) -> str:
+    return proxy.origin
 
 
 def _chat(origin: str, key: str, text: str) -> None:
@@ -120,3 +136,29 @@ def test_another_tenant_deleting_the_session_id_leaves_the_callers_stream_open(
         time.sleep(2.5)  # a catch-up of globex's stream reads the session after the delete
         _chat(origin, KEY_B, "globex carries on")
         assert _turn(b)[-1].event == USAGE
+
+
+def test_streams_ended_for_a_new_listener_end_with_only_their_tenants_events(
+    proxy: ProxyServer, origin: str, db_dsn: str
+) -> None:
+    """Both tenants' streams end once the bus listens again; what each sends before its last
+    frame, and its reconnect's replay from the last id it received, are its tenant's own."""
+    _chat(origin, KEY_A, "acme opens")
+    _chat(origin, KEY_B, "globex opens")
+    with (
+        open_events(origin, SID, token=KEY_A) as a,
+        open_events(origin, SID, token=KEY_B) as b,
+    ):
+        acme, globex = _ids(_turn(a)), _ids(_turn(b))
+        lost = _end_listener(proxy, db_dsn)
+        _chat(origin, KEY_A, "acme in the gap")
+        assert wait_for(lambda: _listener_pid(proxy) not in (None, lost), 5)
+        acme |= _ids(_until_end(a))
+        ended = _until_end(b)
+    assert ended and not _ids(ended) & acme
+    assert "acme" not in "".join(f.raw for f in ended)
+    resume = max(_ids(ended) | globex)
+    with open_events(origin, SID, token=KEY_B, last_event_id=str(resume)) as b:
+        _chat(origin, KEY_B, "globex back")
+        back = _turn(b)
+    assert not _ids(back) & acme and min(_ids(back)) > resume
