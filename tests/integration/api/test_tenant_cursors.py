@@ -2,10 +2,12 @@
 to name another tenant's session or fact, pages the caller's own rows from that place, the
 same as a cursor naming nothing there, so it shows none of the other tenant's rows and says
 nothing of whether the row it names exists. A key limited to some agents pages only their
-sessions whatever place its cursor names."""
+sessions whatever place its cursor names, and its event stream, sharing a session's reads
+with a full key's, gets no event of an agent it may not use."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -14,10 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.listing import FACTS, SUGGESTIONS, row_cursor, session_cursor
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import StartProxy, replied, write_config
 from tests.integration.api.memory_suggestions import suggest
+from tests.integration.api.test_events import Frame, open_events
 
 KEY_A = "cascade-key-tenant-a-51c0e2"
 KEY_B = "cascade-key-tenant-b-9a7d13"
@@ -178,3 +182,30 @@ def test_a_limited_keys_cursor_pages_only_its_agents_sessions(
         paged = _get(limited, "/v1/sessions", limit=1, cursor=paged["next_cursor"])
     refused = limited.get("/v1/sessions/default-0/events")
     assert refused.status_code == 403
+
+
+def test_a_limited_keys_stream_sharing_reads_with_a_full_keys_gets_no_other_agents_event(
+    clients: tuple[httpx.Client, httpx.Client, httpx.Client],
+) -> None:
+    """A limited key's and a full key's streams on one session share its catch-up reads;
+    once the full key moves the session to an agent the limited key may not use, the limited
+    key's stream ends before any event of that agent's turn, which the full key's gets."""
+    a, _, limited = clients
+    _chat(a, "watched", model="coder")
+    origin = str(a.base_url).rstrip("/")
+    with (
+        open_events(origin, "watched", token=KEY_A) as full,
+        open_events(origin, "watched", token=KEY_LIMITED) as coder,
+    ):
+        full.until(lambda f: f.event == USAGE)
+        coder.until(lambda f: f.event == USAGE)
+        time.sleep(2.2)  # a shared catch-up: the two streams read together since
+        _chat(a, "watched", model="default")
+        moved = full.until(lambda f: f.event == USAGE)
+        seen: list[Frame] = []
+        with pytest.raises(AssertionError, match="event stream ended"):
+            while True:
+                seen.append(coder.next())
+    assert MESSAGE_APPENDED in [f.event for f in moved]
+    assert not {f.id for f in seen if f.id} & {f.id for f in moved if f.id}, seen
+    assert limited.get("/v1/sessions/watched/events").status_code == 403
