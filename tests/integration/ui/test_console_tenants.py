@@ -1,0 +1,76 @@
+"""The console after "Change key": the key signed in next may be another tenant's, so nothing
+the page read with the key before (its sessions' rows, the list's next page, a filter) stays
+on the page or is asked for again with the new key, whether or not the new key's first read
+of the list succeeds.
+
+The ``console`` fixture checks that the page raised no error and asked no host but the proxy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer, write_config
+from tests.integration.ui.conftest import KEY, KEY_ENV, LIMIT, TENANT, Page
+from tests.integration.ui.test_console_audit import started
+
+pytestmark = pytest.mark.timeout(60)
+
+OTHER = "sk-console-other-tenant-key"
+OTHER_ENV = "CASCADE_KEY_CONSOLE_OTHER"
+
+
+@pytest.fixture
+def console_config(
+    tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """The console test key's tenant, and OTHER's, another."""
+    monkeypatch.setenv(OTHER_ENV, OTHER)
+    return write_config(
+        tmp_path / "agents.json",
+        fake_upstream.url,
+        models={"default": {"contextLimit": LIMIT}},
+        auth={
+            "keys": [
+                {"keyEnv": KEY_ENV, "tenant": TENANT},
+                {"keyEnv": OTHER_ENV, "tenant": "other-tenant"},
+            ]
+        },
+    )
+
+
+def _sign_in(console: Page, key: str) -> Any:
+    page = console.page
+    page.get_by_test_id("login-key").fill(key)
+    page.get_by_test_id("login-submit").click()
+    return page
+
+
+def test_another_keys_sign_in_shows_none_of_the_last_keys_sessions(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The next key's first read of the list fails (the network, the proxy away): the list
+    it shows is empty, not the last key's rows, and offers no next page of them."""
+    started(console_proxy, "first-tenants-private")
+    page = console.page
+    page.goto(f"{console.origin}/ui#/")
+    _sign_in(console, KEY)
+    rows = page.get_by_test_id("session-row")
+    rows.first.wait_for()
+    assert rows.first.get_attribute("data-session-id") == "first-tenants-private"
+    page.get_by_test_id("session-filter").fill("first")
+    page.wait_for_timeout(600)  # the filter's read
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    page.route("**/v1/sessions?*", lambda route: route.abort())
+    _sign_in(console, OTHER)
+    page.get_by_test_id("toast").filter(has_text="Could not list the sessions").first.wait_for()
+    assert rows.count() == 0
+    assert page.get_by_test_id("sessions-more").is_hidden()
+    assert page.get_by_test_id("session-filter").input_value() == ""
+    assert "first-tenants-private" not in page.locator("#list-view").inner_text()
+    console.errors.clear()  # the aborted read's own console line
