@@ -64,6 +64,7 @@ function show(id, name) {
 
 function showLogin(reason) {
   if (current) { current.close(); current = null; }
+  forgetList();
   show("login", "Sign in");
   $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";
   $("login-key").focus();
@@ -135,6 +136,23 @@ function renderList(added, more) {
   $("list-empty").textContent = listQuery
     ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
   $("list-empty").hidden = sessions.length > 0;
+}
+
+// What the list read with the key signed out: the next key may be another tenant's, and its
+// first read may fail, so no row, next page or filter of the last key's stays to show under
+// it or to be read with it; a read still under way is answered to no one.
+function forgetList() {
+  listing++;
+  clearTimeout(filterTimer);
+  sessions = [];
+  listQuery = "";
+  listCursor = null;
+  listMore = false;
+  $("filter").value = "";
+  $("sessions-more").hidden = true;
+  reading(false);
+  $("session-list").replaceChildren();
+  $("list-empty").hidden = true;
 }
 
 // Each opening of the list, and each filter, reads its first page again, and the button the
