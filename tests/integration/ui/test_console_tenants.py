@@ -74,3 +74,27 @@ def test_another_keys_sign_in_shows_none_of_the_last_keys_sessions(
     assert page.get_by_test_id("session-filter").input_value() == ""
     assert "first-tenants-private" not in page.locator("#list-view").inner_text()
     console.errors.clear()  # the aborted read's own console line
+
+
+def test_another_keys_sign_in_shows_none_of_the_last_keys_toasts(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A toast the last key's work raised (a branch's new id, a delete, an error naming its
+    session) goes with the key, not on showing for its seconds over the next key's page."""
+    started(console_proxy, "first-tenants-private")
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/first-tenants-private")
+    _sign_in(console, KEY)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    page.evaluate(  # the page's own module (imported once): as the branch action says it
+        "import('/ui/static/app.js').then((m) => m.toast('Branched into first-tenants-copy'))"
+    )
+    toasts = page.get_by_test_id("toast")
+    toasts.filter(has_text="first-tenants-copy").wait_for()
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    assert toasts.count() == 0
+    page.goto(f"{console.origin}/ui#/")
+    _sign_in(console, OTHER)
+    page.get_by_test_id("list-empty").wait_for()
+    assert "first-tenants" not in page.locator("body").inner_text()
