@@ -65,6 +65,7 @@ function show(id, name) {
 function showLogin(reason) {
   if (current) { current.close(); current = null; }
   forgetList();
+  $("toasts").replaceChildren(); // each about the last key's work: they go with it
   show("login", "Sign in");
   $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";
   $("login-key").focus();

@@ -96,5 +96,5 @@ def test_another_keys_sign_in_shows_none_of_the_last_keys_toasts(
     assert toasts.count() == 0
     page.goto(f"{console.origin}/ui#/")
     _sign_in(console, OTHER)
-    page.get_by_test_id("list-empty").wait_for()
+    page.locator("#list-empty").wait_for()
     assert "first-tenants" not in page.locator("body").inner_text()
