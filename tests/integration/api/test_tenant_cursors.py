@@ -209,3 +209,40 @@ def test_a_limited_keys_stream_sharing_reads_with_a_full_keys_gets_no_other_agen
     assert MESSAGE_APPENDED in [f.event for f in moved]
     assert not {f.id for f in seen if f.id} & {f.id for f in moved if f.id}, seen
     assert limited.get("/v1/sessions/watched/events").status_code == 403
+
+
+def test_a_limited_keys_suggestion_cursor_lists_only_its_agents_suggestions(
+    clients: tuple[httpx.Client, httpx.Client, httpx.Client], db_dsn: str
+) -> None:
+    """Suggestions of a ``default`` session between a ``coder`` session's: the limited key's
+    pages, from its own cursors, from the full key's (which name the ``default`` ones) and
+    from one made up at each place, hold only ``coder``'s; asked for the ``default``
+    session's, it lists none, the same as for a session that does not exist."""
+    a, _, limited = clients
+    for n in range(2):
+        suggest(db_dsn, "coder-run", f"coder-s{n}", [f"coder note {n}"], "coder", "acme")
+        suggest(db_dsn, "default-run", f"default-s{n}", [f"default secret {n}"], tenant="acme")
+    path = "/v1/memory/suggestions"
+    every = _get(a, path)["data"]
+    assert len(every) == 4
+    ids = [s["suggestion_id"] for s in _get(limited, path)["data"]]
+    assert ids == ["coder-s0", "coder-s1"]
+    got, page = [], _get(limited, path, limit=1)
+    while True:
+        got += [s["suggestion_id"] for s in page["data"]]
+        assert "default" not in str(page)
+        if not page["next_cursor"]:
+            break
+        page = _get(limited, path, limit=1, cursor=page["next_cursor"])
+    assert got == ids
+    full = _get(a, path, limit=2)  # its cursor: the place after default-s0
+    assert full["data"][1]["suggestion_id"] == "default-s0"
+    assert [
+        s["suggestion_id"] for s in _get(limited, path, cursor=full["next_cursor"])["data"]
+    ] == ["coder-s1"]
+    for cursor in (full["next_cursor"], row_cursor(SUGGESTIONS, 0), row_cursor(SUGGESTIONS, 2**40)):
+        page = _get(limited, path, cursor=cursor)
+        assert "default" not in str(page)
+    for session in ("default-run", "no-such-run"):
+        page = _get(limited, path, session_id=session)
+        assert page == {"object": "list", "data": [], "has_more": False, "next_cursor": None}
