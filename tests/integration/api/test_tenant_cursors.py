@@ -246,3 +246,20 @@ def test_a_limited_keys_suggestion_cursor_lists_only_its_agents_suggestions(
     for session in ("default-run", "no-such-run"):
         page = _get(limited, path, session_id=session)
         assert page == {"object": "list", "data": [], "has_more": False, "next_cursor": None}
+
+
+def test_another_tenants_session_id_is_free_to_branch_into(
+    clients: tuple[httpx.Client, httpx.Client, httpx.Client],
+) -> None:
+    """A branch into an id the other tenant uses is made, as into an id nobody uses: no
+    "already exists" says the other tenant has it, and its session is left as it was."""
+    a, b, _ = clients
+    _chat(a, "acme-only")
+    _chat(b, "globex-run")
+    before = _get(a, "/v1/sessions/acme-only")
+    for target in ("acme-only", "nobody-has-this"):
+        made = b.post("/v1/sessions/globex-run/branch", json={"id": target})
+        assert made.status_code == 200, made.text
+        assert made.json()["id"] == target
+    assert _get(a, "/v1/sessions/acme-only") == before
+    assert _ids(_get(a, "/v1/sessions")) == ["acme-only"]
