@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from proxy.cascade.types import USAGE
+from proxy.store import events as store
+from proxy.store.db import GuardedConnection
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import (
     ProxyServer,
@@ -162,3 +165,34 @@ def test_streams_ended_for_a_new_listener_end_with_only_their_tenants_events(
         _chat(origin, KEY_B, "globex back")
         back = _turn(b)
     assert not _ids(back) & acme and min(_ids(back)) > resume
+
+
+def test_another_tenants_failing_catch_up_leaves_the_callers_stream_open(
+    origin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every catch-up of acme's session errs in PostgreSQL (a statement error, no outage):
+    its stream ends; globex's stream on the same id reads on its own and stays open."""
+    _chat(origin, KEY_A, "acme opens")
+    _chat(origin, KEY_B, "globex opens")
+    failing = False
+    fetch = GuardedConnection.fetch
+
+    async def erring(self: GuardedConnection, query: str, *args: object, **kw: Any) -> Any:
+        if failing and query == store.FETCH_SESSION_EVENTS_AFTER and args[0] == "acme":
+            query, args = "SELECT 1 / 0", ()
+        return await fetch(self, query, *args, **kw)
+
+    monkeypatch.setattr(GuardedConnection, "fetch", erring)
+    with (
+        open_events(origin, SID, token=KEY_A) as a,
+        open_events(origin, SID, token=KEY_B) as b,
+    ):
+        _turn(a)
+        globex = _ids(_turn(b))
+        failing = True
+        with pytest.raises((AssertionError, httpx.RemoteProtocolError)):
+            while True:  # ended by its next catch-up
+                a.next()
+        _chat(origin, KEY_B, "globex carries on")
+        back = _turn(b)
+    assert min(_ids(back)) > max(globex)
