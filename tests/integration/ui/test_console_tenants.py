@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
@@ -98,3 +99,30 @@ def test_another_keys_sign_in_shows_none_of_the_last_keys_toasts(
     _sign_in(console, OTHER)
     page.locator("#list-empty").wait_for()
     assert "first-tenants" not in page.locator("body").inner_text()
+
+
+def test_another_keys_session_under_the_same_id_shows_none_of_the_last_keys_draft(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A draft typed and left unsent in the last key's session ``shared-run`` is the last
+    key's: the next key's session under the same id, another tenant's, opens with an empty
+    composer."""
+    started(console_proxy, "shared-run")
+    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
+        made = http.post(
+            "/s/shared-run/v1/chat/completions",
+            headers={"authorization": f"Bearer {OTHER}"},
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert made.status_code == 200, made.text
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/shared-run")
+    _sign_in(console, KEY)
+    composer = page.get_by_test_id("composer-input")
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    composer.fill("the first tenant's unsent plan")
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    _sign_in(console, OTHER)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    assert composer.input_value() == ""
