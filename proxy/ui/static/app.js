@@ -4,6 +4,7 @@
 import { api, ApiError, forgetKey, storedKey, storeKey } from "./api.js";
 import { el, ago, num } from "./render.js";
 import { SessionView } from "./session.js";
+import { forgetDrafts } from "./composer.js";
 
 const $ = (id) => document.getElementById(id);
 let current = null; // the open SessionView
@@ -65,6 +66,7 @@ function show(id, name) {
 function showLogin(reason) {
   if (current) { current.close(); current = null; }
   forgetList();
+  forgetDrafts(); // after the view's close kept its own
   $("toasts").replaceChildren(); // each about the last key's work: they go with it
   show("login", "Sign in");
   $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";

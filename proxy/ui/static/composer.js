@@ -30,6 +30,12 @@ function grow(box, text) {
 // one element for every view, and a draft showed under the next session opened.
 const drafts = new Map();
 
+// The key signs out: its drafts go with it, since the next key may be another tenant's, with
+// sessions of its own under the same ids.
+export function forgetDrafts() {
+  drafts.clear();
+}
+
 // This page's own turns whose last event has not come yet, by session id, oldest first.
 // They outlive the view that sent them: a view opened again on the session queues its
 // turns after them (its first message waits for theirs, as the next one in the sending view
