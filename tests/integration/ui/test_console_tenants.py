@@ -17,6 +17,7 @@ import pytest
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.ui.conftest import KEY, KEY_ENV, LIMIT, TENANT, Page
+from tests.integration.ui.test_console import wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -126,3 +127,34 @@ def test_another_keys_session_under_the_same_id_shows_none_of_the_last_keys_draf
     _sign_in(console, OTHER)
     page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
     assert composer.input_value() == ""
+
+
+def test_a_message_the_last_key_sent_is_not_sent_with_the_next_key(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A message sent from the last key's session whose history read is still under way when
+    the key changes (a read held here; a turn before it waits up to five seconds for its
+    last event too) is not sent with the next key: before, the resend of the last key's
+    history and the message went to the next key's session under that id, another
+    tenant's."""
+    started(console_proxy, "shared-run")
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/shared-run")
+    _sign_in(console, KEY)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    held: list[Any] = []
+    reads = "**/v1/sessions/shared-run/messages?form=sent*"  # the resend's
+    page.route(reads, lambda route: route.continue_() if held else held.append(route))
+    page.get_by_test_id("composer-input").fill("the first tenant's message")
+    page.get_by_test_id("composer-send").click()
+    wait_for(lambda: held, page)  # the first read held, the next key's let through
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    _sign_in(console, OTHER)
+    page.locator("#list-empty").wait_for(state="attached")
+    held[0].continue_()
+    page.wait_for_timeout(1500)  # the send, had it gone on
+    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
+        http.headers["authorization"] = f"Bearer {OTHER}"
+        assert http.get("/v1/sessions").json()["data"] == []
+    assert page.get_by_test_id("toast").count() == 0
