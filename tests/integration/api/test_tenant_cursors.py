@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.api import events
 from proxy.cascade.types import MESSAGE_APPENDED, USAGE
 from proxy.listing import FACTS, SUGGESTIONS, row_cursor, session_cursor
 from tests.fakes.upstream import FakeUpstream
@@ -26,6 +27,8 @@ from tests.integration.api.test_events import Frame, open_events
 KEY_A = "cascade-key-tenant-a-51c0e2"
 KEY_B = "cascade-key-tenant-b-9a7d13"
 KEY_LIMITED = "cascade-key-acme-coder-3e88f0"
+CATCH_UP = 0.3
+"""Seconds between a stream's catch-up reads here (``events.CATCH_UP_SECONDS``)."""
 AGENTS = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
 
 
@@ -37,6 +40,7 @@ def clients(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client]]:
     """Tenant acme's full key, tenant globex's key, and acme's key limited to ``coder``."""
+    monkeypatch.setattr(events, "CATCH_UP_SECONDS", CATCH_UP)
     monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
     monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B)
     monkeypatch.setenv("CASCADE_TEST_KEY_L", KEY_LIMITED)
@@ -199,7 +203,7 @@ def test_a_limited_keys_stream_sharing_reads_with_a_full_keys_gets_no_other_agen
     ):
         full.until(lambda f: f.event == USAGE)
         coder.until(lambda f: f.event == USAGE)
-        time.sleep(2.2)  # a shared catch-up: the two streams read together since
+        time.sleep(3 * CATCH_UP)  # a shared catch-up: the two streams read together since
         _chat(a, "watched", model="default")
         moved = full.until(lambda f: f.event == USAGE)
         seen: list[Frame] = []

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.api import events
 from proxy.cascade.types import USAGE
 from proxy.store import events as store
 from proxy.store.db import GuardedConnection
@@ -33,6 +34,8 @@ from tests.integration.api.test_events_listener_lost import (
 KEY_A = "cascade-key-tenant-a-c3f9a1"
 KEY_B = "cascade-key-tenant-b-77e0b4"
 SID = "shared-run"
+CATCH_UP = 0.3
+"""Seconds between a stream's catch-up reads here (``events.CATCH_UP_SECONDS``)."""
 
 
 @pytest.fixture
@@ -42,6 +45,7 @@ def proxy(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> ProxyServer:
+    monkeypatch.setattr(events, "CATCH_UP_SECONDS", CATCH_UP)
     monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
     monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B)
     auth = {
@@ -93,7 +97,7 @@ def test_streams_on_one_session_id_of_two_tenants_get_only_their_own_events(
         assert not _ids(acme) & _ids(globex)
         _chat(origin, KEY_A, "acme secret turn")
         acme_live = _turn(a)
-        time.sleep(2.5)  # a shared catch-up of each stream's session comes and goes
+        time.sleep(3 * CATCH_UP)  # a shared catch-up of each stream's session comes and goes
         _chat(origin, KEY_B, "globex second turn")
         globex_live = _turn(b)
         assert not _ids(acme + acme_live) & _ids(globex_live)
@@ -136,7 +140,7 @@ def test_another_tenant_deleting_the_session_id_leaves_the_callers_stream_open(
             assert http.delete(f"/v1/sessions/{SID}").status_code == 200
         with pytest.raises(AssertionError, match="event stream ended"):
             a.next()
-        time.sleep(2.5)  # a catch-up of globex's stream reads the session after the delete
+        time.sleep(3 * CATCH_UP)  # a catch-up of globex's stream reads the session after the delete
         _chat(origin, KEY_B, "globex carries on")
         assert _turn(b)[-1].event == USAGE
 
