@@ -4,6 +4,7 @@
 import { api, ApiError, forgetKey, storedKey, storeKey } from "./api.js";
 import { el, ago, num } from "./render.js";
 import { SessionView } from "./session.js";
+import { forgetDrafts } from "./composer.js";
 
 const $ = (id) => document.getElementById(id);
 let current = null; // the open SessionView
@@ -64,6 +65,9 @@ function show(id, name) {
 
 function showLogin(reason) {
   if (current) { current.close(); current = null; }
+  forgetList();
+  forgetDrafts(); // after the view's close kept its own
+  $("toasts").replaceChildren(); // each about the last key's work: they go with it
   show("login", "Sign in");
   $("where").textContent = reason ? `Sign-in needed: ${reason}` : "";
   $("login-key").focus();
@@ -135,6 +139,23 @@ function renderList(added, more) {
   $("list-empty").textContent = listQuery
     ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
   $("list-empty").hidden = sessions.length > 0;
+}
+
+// What the list read with the key signed out: the next key may be another tenant's, and its
+// first read may fail, so no row, next page or filter of the last key's stays to show under
+// it or to be read with it; a read still under way is answered to no one.
+function forgetList() {
+  listing++;
+  clearTimeout(filterTimer);
+  sessions = [];
+  listQuery = "";
+  listCursor = null;
+  listMore = false;
+  $("filter").value = "";
+  $("sessions-more").hidden = true;
+  reading(false);
+  $("session-list").replaceChildren();
+  $("list-empty").hidden = true;
 }
 
 // Each opening of the list, and each filter, reads its first page again, and the button the

@@ -1,7 +1,7 @@
 // The session view's composer: a message sent through the session's chat endpoint, with the
 // history resent as the client sent it, and the answer streamed into the answer box.
 
-import { api, chatStream } from "./api.js";
+import { api, chatStream, storedKey } from "./api.js";
 import { el } from "./render.js";
 
 const $ = (id) => document.getElementById(id);
@@ -30,11 +30,22 @@ function grow(box, text) {
 // one element for every view, and a draft showed under the next session opened.
 const drafts = new Map();
 
+// The key signs out: its drafts go with it, since the next key may be another tenant's, with
+// sessions of its own under the same ids.
+export function forgetDrafts() {
+  drafts.clear();
+}
+
 // This page's own turns whose last event has not come yet, by session id, oldest first.
 // They outlive the view that sent them: a view opened again on the session queues its
 // turns after them (its first message waits for theirs, as the next one in the sending view
 // does) and its event stream ends them.
 const queues = new Map();
+
+// A turn whose key signed out before its request went: the next key signed in may be another
+// tenant's, with a session of its own under the same id, which is no place for the last
+// key's history and message. It is dropped unsaid: a toast would name the last key's session.
+class SignedOut extends Error {}
 
 export class Composer {
   constructor(view) {
@@ -156,6 +167,7 @@ export class Composer {
     if (!text || this.sending) return;
     const closed = this.view.abort.signal;
     const here = (fn) => { if (!closed.aborted) fn(); };
+    const key = storedKey();
     this.sending = true;
     this.outgoing = text;
     const earlier = this.turns[this.turns.length - 1];
@@ -178,6 +190,7 @@ export class Composer {
         model = $("composer-model").value.trim();
       }
       if (model) body.model = model;
+      if (storedKey() !== key) throw new SignedOut(); // checked as the request is made
       turn.asked = true;
       await chatStream(this.view.id, body,
         (_piece, whole) => here(() => grow(answer, whole)), { requestId: turn.id });
@@ -190,6 +203,7 @@ export class Composer {
       // a turn refused before its stream opened sends no last event; one whose stream
       // opened sends it however the stream ended, and stays to take it
       if (!err.opened) this.turns = this.turns.filter((t) => t !== turn);
+      if (err instanceof SignedOut) return;
       else if (err.status === undefined) turn.broken = true; // the connection, not an event
       // said wherever the page is: left, the view no longer shows it, so it names the session
       this.view.ui.handleError(err, closed.aborted
