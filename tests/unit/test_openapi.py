@@ -237,3 +237,19 @@ def test_every_list_paging_by_cursor_documents_its_bad_cursor_and_where_the_next
         assert "`cursor` no page gave" in responses["400"]["description"], path
         schema = responses["200"]["content"]["application/json"]["schema"]
         assert "next_cursor" in schema["description"], path
+
+
+def test_the_embeddings_routes_document_the_400_and_413_they_answer(tmp_path: Path) -> None:
+    """An embeddings body that is no JSON object is a 400, one past ``CASCADE_MAX_BODY_BYTES``
+    or holding more values than ``CASCADE_MAX_BODY_VALUES`` a 413 (``deps.bounded_values``),
+    on either route, and any other error is OpenAI-shaped as a chat's is: each is in the
+    document, in OpenAI's error shape, so a client built from it expects them."""
+    doc = _app(tmp_path).openapi()
+    for path in ("/v1/embeddings", "/s/{session_id}/v1/embeddings"):
+        responses = doc["paths"][path]["post"]["responses"]
+        for status in ("400", "413", "default"):
+            schema = responses[status]["content"]["application/json"]["schema"]
+            assert schema["required"] == ["error"], (path, status)
+        assert "CASCADE_MAX_BODY_VALUES" in responses["413"]["description"], path
+        assert "no JSON object" in responses["400"]["description"], path
+    validate(doc)
