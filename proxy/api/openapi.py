@@ -43,8 +43,8 @@ _MALFORMED = error_response(
 
 BODY_ERRORS: dict[int | str, dict[str, Any]] = {
     400: error_response(
-        "A body that is no JSON object, or an invalid session id in the path or X-Session-Id "
-        "(`code` `invalid_session_id`)."
+        "A body that is no JSON object or nests too deep, or an invalid session id in the "
+        "path or X-Session-Id (`code` `invalid_session_id`)."
     ),
     413: error_response(
         "A body over CASCADE_MAX_BODY_BYTES, or holding more JSON values than "
