@@ -50,10 +50,15 @@ BODY_ERRORS: dict[int | str, dict[str, Any]] = {
         "A body over CASCADE_MAX_BODY_BYTES, or holding more JSON values than "
         "CASCADE_MAX_BODY_VALUES (`code` `payload_too_large`)."
     ),
-    "default": error_response(
-        "Any other error: the proxy's own in the same shape (401, 403, 502, 504), or the "
-        "provider's, relayed as it came."
-    ),
+    "default": {
+        "description": "Any other error: the proxy's own in the same shape (401, 403, 502, "
+        "504), or the provider's, relayed as it came.",
+        "content": {
+            "application/json": {
+                "schema": {"type": "object", "properties": {"error": {"type": "object"}}}
+            }
+        },
+    },
 }
 """The errors of a route that forwards a JSON body as it came (embeddings): the chat
 routes', but for the fields only a chat's check reads."""
