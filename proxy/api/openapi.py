@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["ERROR_SCHEMA", "SESSION_ID_PATTERN", "error_response", "amend"]
+__all__ = ["ERROR_SCHEMA", "SESSION_ID_PATTERN", "BODY_ERRORS", "error_response", "amend"]
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -39,6 +39,29 @@ _MALFORMED = error_response(
     "A malformed request: a parameter of the wrong type or out of range (`param` names it), "
     "a body that is no JSON object, or an invalid session id (`code` `invalid_session_id`)."
 )
+
+
+BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: error_response(
+        "A body that is no JSON object or nests too deep, or an invalid session id in the "
+        "path or X-Session-Id (`code` `invalid_session_id`)."
+    ),
+    413: error_response(
+        "A body over CASCADE_MAX_BODY_BYTES, or holding more JSON values than "
+        "CASCADE_MAX_BODY_VALUES (`code` `payload_too_large`)."
+    ),
+    "default": {
+        "description": "Any other error: the proxy's own in the same shape (401, 403, 502, "
+        "504), or the provider's, relayed as it came.",
+        "content": {
+            "application/json": {
+                "schema": {"type": "object", "properties": {"error": {"type": "object"}}}
+            }
+        },
+    },
+}
+"""The errors of a route that forwards a JSON body as it came (embeddings): the chat
+routes', but for the fields only a chat's check reads."""
 
 
 def amend(schema: dict[str, Any]) -> dict[str, Any]:

@@ -237,3 +237,27 @@ def test_every_list_paging_by_cursor_documents_its_bad_cursor_and_where_the_next
         assert "`cursor` no page gave" in responses["400"]["description"], path
         schema = responses["200"]["content"]["application/json"]["schema"]
         assert "next_cursor" in schema["description"], path
+
+
+def test_the_embeddings_routes_document_the_400_and_413_they_answer(tmp_path: Path) -> None:
+    """An embeddings body that is no JSON object is a 400, one past ``CASCADE_MAX_BODY_BYTES``
+    or holding more values than ``CASCADE_MAX_BODY_VALUES`` a 413 (``deps.bounded_values``),
+    on either route, in OpenAI's error shape; any other error is documented as a chat's is
+    (the provider's is relayed as it came), so a client built from the document expects them."""
+    doc = _app(tmp_path).openapi()
+    for path in ("/v1/embeddings", "/s/{session_id}/v1/embeddings"):
+        responses = doc["paths"][path]["post"]["responses"]
+        for status in ("400", "413"):
+            schema = responses[status]["content"]["application/json"]["schema"]
+            assert schema["required"] == ["error"], (path, status)
+        # a provider's error is relayed as it came: an object, its error in it as OpenAI's are
+        other = responses["default"]["content"]["application/json"]["schema"]
+        assert (
+            other
+            == doc["paths"]["/v1/chat/completions"]["post"]["responses"]["default"]["content"][
+                "application/json"
+            ]["schema"]
+        ), path
+        assert "CASCADE_MAX_BODY_VALUES" in responses["413"]["description"], path
+        assert "no JSON object" in responses["400"]["description"], path
+    validate(doc)
