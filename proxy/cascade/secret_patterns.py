@@ -286,6 +286,21 @@ _SIBLING_AFTER = (
     r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value" + _assigned(3) + _SECRET_VALUE + _NAME_AFTER
 )
 
+# A key and its value in the comment after a block's indicator (``password: |  # old
+# password: hunter2``): the block's match takes its indicator's comment whole, so no key in
+# it is tried at that pass; this one, before the keyed pass, redacts the comment's value.
+_IN_COMMENT = (
+    r"(?i)"
+    + _SECRET_KEY
+    + _assigned(3)
+    + r"[|>][+-]?[1-9]?[+-]?"
+    + _BLANK
+    + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}?"
+    + _SECRET_KEY
+    + _assigned(3)
+    + _SECRET_VALUE
+)
+
 DEFAULT_PATTERNS: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
     # so the search for the END line stops at the next one (another BEGIN line) rather than
@@ -339,6 +354,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # (``_SIBLING``).
     _SIBLING,
     _SIBLING_AFTER,
+    _IN_COMMENT,
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):

@@ -229,11 +229,6 @@ def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a block's match takes its indicator's comment whole, so a key in the comment "
-    "is not tried at that pass; the next pass redacts it",
-)
 def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
     """A key and value in the comment after a block's indicator (``password: |  # old
     password: hunter2``) are redacted with the block's lines, at the first pass."""
