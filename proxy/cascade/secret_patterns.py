@@ -288,9 +288,11 @@ _SIBLING_AFTER = (
 
 # A key and its value in the comment after a block's indicator (``password: |  # old
 # password: hunter2``): the block's match takes its indicator's comment whole, so no key in
-# it is tried at that pass; this one, before the keyed pass, redacts the comment's value.
+# it is tried at that pass; this one, before the keyed pass, redacts the comment's value. Its
+# key begins a word (``DB_PASSWORD`` at ``PASSWORD``), so a run of keys (``pwdpwd…``) reads
+# the comment once, not from each.
 _IN_COMMENT = (
-    r"(?i)"
+    r"(?i)(?<![a-z0-9])"
     + _SECRET_KEY
     + _assigned(3)
     + r"[|>][+-]?[1-9]?[+-]?"

@@ -232,6 +232,12 @@ def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
 def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
     """A key and value in the comment after a block's indicator (``password: |  # old
     password: hunter2``) are redacted with the block's lines, at the first pass."""
-    text = "password: |  # old password: hunter2\n  newsecret\n"
-    out, _ = redact(text, _PATTERNS)
-    assert "hunter2" not in out and redact(out, _PATTERNS) == (out, 0)
+    for text in (
+        "password: |  # old password: hunter2\n  newsecret\n",
+        "DB_PASSWORD: >-  # was token=hunter2\n  newsecret\n",
+    ):
+        out, n = redact(text, _PATTERNS)
+        assert (out, n) == (text.replace("hunter2", REDACTED).replace("newsecret", REDACTED), 2)
+        assert redact(out, _PATTERNS) == (out, 0)
+    read, n = _arguments({"content": "password: |  # old pwd: hunter2\n  newsecret\n"})
+    assert n == 2 and read == {"content": f"password: |  # old pwd: {REDACTED}\n  {REDACTED}\n"}
