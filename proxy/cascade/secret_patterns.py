@@ -169,8 +169,9 @@ _BLOCK = (
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
 # of it, to its closing quote, however long (up to ``_LONGEST``), bare or in JSON text, when
 # that quote closes it or the text ends there (output cut short), not a line's end (an
-# opening quote in prose). Its run stops at the first quote it does not escape or a line's
-# end, so runs read no text twice.
+# opening quote in prose), or its run reaches that bound (a longer one loses that much, not
+# nothing). Its run stops at the first quote it does not escape or a line's end, so runs
+# read no text twice.
 # A Kubernetes Secret's limit (1 MiB): past Secrets Manager's 64 KiB as its base64 text
 # (``SecretBinary``) or as escaped JSON text, which are longer than the bytes they hold.
 _LONGEST = 1 << 20
@@ -183,7 +184,9 @@ _WHOLE_STRING = (
     + _CHAR
     + r"{1,"
     + str(_LONGEST)
-    + r"}+)(?=\"|$)"
+    + r"}+)(?=\"|$|"
+    + _CHAR
+    + r")"
     r"|\\\"(?=\{\\\\\\\"|"
     + _CHAR_ESCAPED
     + r"{501})"
@@ -191,7 +194,9 @@ _WHOLE_STRING = (
     + _CHAR_ESCAPED
     + r"{1,"
     + str(_LONGEST)
-    + r"}+)(?=\\\"|$)"
+    + r"}+)(?=\\\"|$|"
+    + _CHAR_ESCAPED
+    + r")"
 )
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])(?:"
