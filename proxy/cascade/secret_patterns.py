@@ -26,6 +26,7 @@ _KEYWORD = (
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``), a comment
 # after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
+# asterisks alone (a Markdown label's closing ``**``, a masked ``********``),
 # a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
 # of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
@@ -77,6 +78,7 @@ _NOT_A_VALUE = (
     r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
+    r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + _INDICATOR + ")"
 )

@@ -250,3 +250,12 @@ def test_a_string_longer_than_the_bound_loses_its_bound_at_least() -> None:
         for written in (text, json.dumps({"content": text})):
             out, n = redact(written, _PATTERNS)
             assert n == 1 and out.count("Q") == 7 and redact(out, _PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "text", ["**THE SERVICE CREDENTIALS:**\nUser: x", "password: ********\n", "| Token: *** |"]
+)
+def test_asterisks_alone_are_no_value(text: str) -> None:
+    """A value of asterisks alone is a Markdown heading's closing mark or a masked secret,
+    never one: a task prompt's ``**… CREDENTIALS:**`` lost its bold mark."""
+    assert redact(text, _PATTERNS) == (text, 0)
