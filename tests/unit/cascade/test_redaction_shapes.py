@@ -6,6 +6,7 @@ output and in a call's arguments (JSON text, where lines and quotes are escapes)
 from __future__ import annotations
 
 import json
+import random
 import time
 
 import pytest
@@ -259,3 +260,22 @@ def test_asterisks_alone_are_no_value(text: str) -> None:
     """A value of asterisks alone is a Markdown heading's closing mark or a masked secret,
     never one: a task prompt's ``**… CREDENTIALS:**`` lost its bold mark."""
     assert redact(text, _PATTERNS) == (text, 0)
+
+
+_FRAGMENTS = (
+    *("password", "api_key", "DB_PASSWORD", "token", "- name: DB_PASSWORD", "value", "name"),
+    *(":", "=", "=>", ": |", ": >-", ": |  # c", " |", "\n", "\\n", "\r\n", "  ", "    ", "\t"),
+    *("\\t", "1\t", "  12\t", "12\u2192", "12\\u2192", "7:", '"', '\\"', "'", "#", "# c", "-"),
+    *("abc123", "s3cr3t", "user: bob", "x" * 30, "y" * 520, '{\\"a\\": 1}', "{", "}", ",", "&"),
+    *(REDACTED, "\\", "\\\\", " ", "aGVsbG8=", "**", "a=>b"),
+)
+
+
+def test_the_shapes_redacted_again_are_unchanged() -> None:
+    """Blocks, numbered lines, comments, separators and long strings mixed at random (seeded):
+    what one pass leaves, a second leaves as it is."""
+    rng = random.Random(69)
+    for _ in range(4000):
+        text = "".join(rng.choice(_FRAGMENTS) for _ in range(rng.randint(2, 40)))
+        out, _ = redact(text, _PATTERNS)
+        assert redact(out, _PATTERNS)[0] == out, text
