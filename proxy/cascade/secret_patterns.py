@@ -26,6 +26,7 @@ _KEYWORD = (
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``), a comment
 # after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
+# asterisks alone (a Markdown label's closing ``**``, a masked ``********``),
 # a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
 # of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
@@ -77,6 +78,7 @@ _NOT_A_VALUE = (
     r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
+    r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + _INDICATOR + ")"
 )
@@ -169,8 +171,9 @@ _BLOCK = (
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
 # of it, to its closing quote, however long (up to ``_LONGEST``), bare or in JSON text, when
 # that quote closes it or the text ends there (output cut short), not a line's end (an
-# opening quote in prose). Its run stops at the first quote it does not escape or a line's
-# end, so runs read no text twice.
+# opening quote in prose), or its run reaches that bound (a longer one loses that much, not
+# nothing). Its run stops at the first quote it does not escape or a line's end, so runs
+# read no text twice.
 # A Kubernetes Secret's limit (1 MiB): past Secrets Manager's 64 KiB as its base64 text
 # (``SecretBinary``) or as escaped JSON text, which are longer than the bytes they hold.
 _LONGEST = 1 << 20
@@ -183,7 +186,9 @@ _WHOLE_STRING = (
     + _CHAR
     + r"{1,"
     + str(_LONGEST)
-    + r"}+)(?=\"|$)"
+    + r"}+)(?=\"|$|"
+    + _CHAR
+    + r")"
     r"|\\\"(?=\{\\\\\\\"|"
     + _CHAR_ESCAPED
     + r"{501})"
@@ -191,7 +196,9 @@ _WHOLE_STRING = (
     + _CHAR_ESCAPED
     + r"{1,"
     + str(_LONGEST)
-    + r"}+)(?=\\\"|$)"
+    + r"}+)(?=\\\"|$|"
+    + _CHAR_ESCAPED
+    + r")"
 )
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])(?:"
@@ -286,6 +293,23 @@ _SIBLING_AFTER = (
     r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value" + _assigned(3) + _SECRET_VALUE + _NAME_AFTER
 )
 
+# A key and its value in the comment after a block's indicator (``password: |  # old
+# password: hunter2``): the block's match takes its indicator's comment whole, so no key in
+# it is tried at that pass; this one, before the keyed pass, redacts the comment's value. Its
+# key begins a word (``DB_PASSWORD`` at ``PASSWORD``), so a run of keys (``pwdpwd…``) reads
+# the comment once, not from each.
+_IN_COMMENT = (
+    r"(?i)(?<![a-z0-9])"
+    + _SECRET_KEY
+    + _assigned(3)
+    + r"[|>][+-]?[1-9]?[+-]?"
+    + _BLANK
+    + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}?"
+    + _SECRET_KEY
+    + _assigned(3)
+    + _SECRET_VALUE
+)
+
 DEFAULT_PATTERNS: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
     # so the search for the END line stops at the next one (another BEGIN line) rather than
@@ -339,6 +363,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # (``_SIBLING``).
     _SIBLING,
     _SIBLING_AFTER,
+    _IN_COMMENT,
     # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):

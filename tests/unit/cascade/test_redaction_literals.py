@@ -54,13 +54,15 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ),
         # the same pair, its value first (``{"value": …, "name": "DB_PASSWORD"}``)
         ("value",),
+        # a key and value in a block indicator's comment, from the block's key
+        starts[-1],
         starts[-1],
     ]
     assert len(starts[6]) == 8 and "aws_secret_access_key" in starts[6]  # (?:_?) spelled out
     assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
         starts[-1]
     )
-    assert [_plan(p).folded for p in PATTERNS].count(True) == 6
+    assert [_plan(p).folded for p in PATTERNS].count(True) == 7
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
     assert _plan(PATTERNS[15]).keys == {"://": None}
     # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.

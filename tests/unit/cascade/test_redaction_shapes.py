@@ -6,6 +6,7 @@ output and in a call's arguments (JSON text, where lines and quotes are escapes)
 from __future__ import annotations
 
 import json
+import random
 import time
 
 import pytest
@@ -227,3 +228,54 @@ def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
         redact(text, _PATTERNS)
         costs.append(time.process_time() - start)
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
+
+
+def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
+    """A key and value in the comment after a block's indicator (``password: |  # old
+    password: hunter2``) are redacted with the block's lines, at the first pass."""
+    for text in (
+        "password: |  # old password: hunter2\n  newsecret\n",
+        "DB_PASSWORD: >-  # was token=hunter2\n  newsecret\n",
+    ):
+        out, n = redact(text, _PATTERNS)
+        assert (out, n) == (text.replace("hunter2", REDACTED).replace("newsecret", REDACTED), 2)
+        assert redact(out, _PATTERNS) == (out, 0)
+    read, n = _arguments({"content": "password: |  # old pwd: hunter2\n  newsecret\n"})
+    assert n == 2 and read == {"content": f"password: |  # old pwd: {REDACTED}\n  {REDACTED}\n"}
+
+
+def test_a_string_longer_than_the_bound_loses_its_bound_at_least() -> None:
+    """A quoted value longer than the bound is redacted to it, not left whole: read only to
+    its closing quote, it was no value at all, and the secret leaked entire."""
+    for text in ('{"secret": "' + "Q" * ((1 << 20) + 7) + '"}',):
+        for written in (text, json.dumps({"content": text})):
+            out, n = redact(written, _PATTERNS)
+            assert n == 1 and out.count("Q") == 7 and redact(out, _PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "text", ["**THE SERVICE CREDENTIALS:**\nUser: x", "password: ********\n", "| Token: *** |"]
+)
+def test_asterisks_alone_are_no_value(text: str) -> None:
+    """A value of asterisks alone is a Markdown heading's closing mark or a masked secret,
+    never one: a task prompt's ``**… CREDENTIALS:**`` lost its bold mark."""
+    assert redact(text, _PATTERNS) == (text, 0)
+
+
+_FRAGMENTS = (
+    *("password", "api_key", "DB_PASSWORD", "token", "- name: DB_PASSWORD", "value", "name"),
+    *(":", "=", "=>", ": |", ": >-", ": |  # c", " |", "\n", "\\n", "\r\n", "  ", "    ", "\t"),
+    *("\\t", "1\t", "  12\t", "12\u2192", "12\\u2192", "7:", '"', '\\"', "'", "#", "# c", "-"),
+    *("abc123", "s3cr3t", "user: bob", "x" * 30, "y" * 520, '{\\"a\\": 1}', "{", "}", ",", "&"),
+    *(REDACTED, "\\", "\\\\", " ", "aGVsbG8=", "**", "a=>b"),
+)
+
+
+def test_the_shapes_redacted_again_are_unchanged() -> None:
+    """Blocks, numbered lines, comments, separators and long strings mixed at random (seeded):
+    what one pass leaves, a second leaves as it is."""
+    rng = random.Random(69)
+    for _ in range(4000):
+        text = "".join(rng.choice(_FRAGMENTS) for _ in range(rng.randint(2, 40)))
+        out, _ = redact(text, _PATTERNS)
+        assert redact(out, _PATTERNS)[0] == out, text
