@@ -13,6 +13,7 @@ import pytest
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import StartProxy, write_config
 from tests.integration.api.memory_suggestions import suggest
+from tests.integration.api.tenant_keys import tenant_auth
 
 KEY_A = "cascade-key-tenant-a-7f31c0"
 KEY_B = "cascade-key-tenant-b-2d94aa"
@@ -26,14 +27,7 @@ def clients(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[httpx.Client, httpx.Client]]:
-    monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
-    monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B)
-    auth = {
-        "keys": [
-            {"keyEnv": "CASCADE_TEST_KEY_A", "tenant": "acme"},
-            {"keyEnv": "CASCADE_TEST_KEY_B", "tenant": "globex"},
-        ]
-    }
+    auth = tenant_auth(monkeypatch, (KEY_A, "acme"), (KEY_B, "globex"))
     path = write_config(
         tmp_path / "agents.json",
         fake_upstream.url,

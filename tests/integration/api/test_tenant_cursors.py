@@ -22,6 +22,7 @@ from proxy.listing import FACTS, SUGGESTIONS, row_cursor, session_cursor
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import StartProxy, replied, write_config
 from tests.integration.api.memory_suggestions import suggest
+from tests.integration.api.tenant_keys import tenant_auth
 from tests.integration.api.test_events import Frame, open_events
 
 KEY_A = "cascade-key-tenant-a-51c0e2"
@@ -41,16 +42,9 @@ def clients(
 ) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client]]:
     """Tenant acme's full key, tenant globex's key, and acme's key limited to ``coder``."""
     monkeypatch.setattr(events, "CATCH_UP_SECONDS", CATCH_UP)
-    monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
-    monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B)
-    monkeypatch.setenv("CASCADE_TEST_KEY_L", KEY_LIMITED)
-    auth = {
-        "keys": [
-            {"keyEnv": "CASCADE_TEST_KEY_A", "tenant": "acme"},
-            {"keyEnv": "CASCADE_TEST_KEY_B", "tenant": "globex"},
-            {"keyEnv": "CASCADE_TEST_KEY_L", "tenant": "acme", "agents": ["coder"]},
-        ]
-    }
+    auth = tenant_auth(
+        monkeypatch, (KEY_A, "acme"), (KEY_B, "globex"), (KEY_LIMITED, "acme", ["coder"])
+    )
     path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth, agents=AGENTS)
     origin = start_proxy(path).origin
     made = [

@@ -24,6 +24,7 @@ from tests.integration.api.conftest import (
     wait_for,
     write_config,
 )
+from tests.integration.api.tenant_keys import tenant_auth
 from tests.integration.api.test_events import EventStream, Frame, open_events
 from tests.integration.api.test_events_listener_lost import (
     _end_listener,
@@ -46,14 +47,7 @@ def proxy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> ProxyServer:
     monkeypatch.setattr(events, "CATCH_UP_SECONDS", CATCH_UP)
-    monkeypatch.setenv("CASCADE_TEST_KEY_A", KEY_A)
-    monkeypatch.setenv("CASCADE_TEST_KEY_B", KEY_B)
-    auth = {
-        "keys": [
-            {"keyEnv": "CASCADE_TEST_KEY_A", "tenant": "acme"},
-            {"keyEnv": "CASCADE_TEST_KEY_B", "tenant": "globex"},
-        ]
-    }
+    auth = tenant_auth(monkeypatch, (KEY_A, "acme"), (KEY_B, "globex"))
     path = write_config(tmp_path / "agents.json", fake_upstream.url, auth=auth)
     return start_proxy(path)
 
