@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes.replies import context_length_exceeded, raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.conftest import ProxyServer, wait_for
 from tests.integration.api.read_tool_output_helpers import chat, history, read_call
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (the module's config: maxChars 2000, raw outputs kept)
@@ -23,6 +23,13 @@ from tests.integration.transcripts import api, blob
 def _calibration(proxy: ProxyServer, sid: str) -> Any:
     with api(proxy) as http:
         return http.get(f"/v1/sessions/{sid}").json()["calibration"]
+
+
+def _raised(proxy: ProxyServer, sid: str) -> bool:
+    """Whether the session's calibration went up, waited for: relayed in-band, the refusal's
+    error frame and ``[DONE]`` go out before the turn ends, and the turn's last statement
+    (``Turn.abort``/``finish``) stores the calibration just after them."""
+    return bool(wait_for(lambda: _calibration(proxy, sid) > 1.0))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["nonstream", "stream"])
@@ -52,7 +59,7 @@ def test_a_later_rounds_refusal_for_length_after_a_frame_went_out_raises_it_too(
     with pytest.raises(openai.APIError) as info:
         list(chat(proxy, "in-band", messages, stream=True))
     assert not isinstance(info.value, openai.APIStatusError)
-    assert _calibration(proxy, "in-band") > 1.0
+    assert _raised(proxy, "in-band"), _calibration(proxy, "in-band")
 
 
 def test_an_error_object_in_a_streams_body_refusing_for_length_raises_it_too(
@@ -65,4 +72,4 @@ def test_an_error_object_in_a_streams_body_refusing_for_length_raises_it_too(
     fake_upstream.script(raw(f"data: {json.dumps(failure)}\n\n", "data: [DONE]\n\n"))
     with pytest.raises(openai.APIError):
         list(chat(proxy, "in-body", [{"role": "user", "content": "go"}], stream=True, tools=None))
-    assert _calibration(proxy, "in-body") > 1.0
+    assert _raised(proxy, "in-body"), _calibration(proxy, "in-body")
