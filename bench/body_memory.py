@@ -5,7 +5,7 @@ fresh process.
 
 For each route and shape, a body of ``--mib`` MiB (``CASCADE_MAX_BODY_BYTES``'s default) is
 built with that item repeated (in an unknown field of a chat body, in an embeddings body's
-``input``), and read as both routes read it: first counted (``jsonio.values_over`` at the
+``input``), and read as both routes read it: first counted (``jsonio.values_count`` at the
 default ``MAX_BODY_VALUES``), then parsed (``loads_exact``) only when the count passes.
 ``unbounded`` parses without the count, as before the bound.
 The body is written to a file the child reads whole; peak RSS is the child's ``ru_maxrss``
@@ -24,14 +24,14 @@ SHAPES = ("[[]]", "{}", "[]", "0", "1.5", '""', '"text, with [brackets]"')
 
 _CHILD = """
 import json, resource, sys, time
-from proxy.jsonio import MAX_BODY_VALUES, loads_exact, values_over
+from proxy.jsonio import MAX_BODY_VALUES, loads_exact, values_count
 
 with open(sys.argv[1], "rb") as f:
     raw = f.read()
 bounded = sys.argv[2] == "1"
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB: the peak with the body
 t = time.perf_counter()
-refused = bounded and values_over(raw, MAX_BODY_VALUES)
+refused = bounded and values_count(raw, MAX_BODY_VALUES) > MAX_BODY_VALUES
 body = None if refused else loads_exact(raw)
 took = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -30,7 +30,6 @@ __all__ = [
     "structure",
     "values_count",
     "values_in",
-    "values_over",
 ]
 
 loads = orjson.loads
@@ -98,12 +97,6 @@ _SLICE = 1 << 20  # bytes split at a time: a slice's pieces are all that is held
 def structure(data: bytes) -> int:
     """How many commas, ``[`` and ``{`` ``data`` holds: one pass, where a count is one each."""
     return len(data.translate(None, _OTHERS))
-
-
-def values_over(data: bytes, limit: int) -> bool:
-    """Whether ``data`` holds more than ``limit`` values, counted in its bytes before
-    anything is parsed (``values_count``)."""
-    return values_count(data, limit) > limit
 
 
 def values_count(data: bytes, limit: int) -> int:

@@ -1,5 +1,5 @@
 """A chat body holding more JSON values than ``max_body_values`` is a 413 before it is
-parsed (``jsonio.values_over``): parsed, a body of tiny items holds many times its size.
+parsed (``jsonio.values_count``): parsed, a body of tiny items holds many times its size.
 A text's commas and brackets are no values."""
 
 from __future__ import annotations
