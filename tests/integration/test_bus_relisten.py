@@ -17,6 +17,10 @@ from proxy.cascade.types import USAGE
 from tests.integration.api.test_health import sql
 from tests.integration.store.helpers import create_session
 
+_LISTEN = bus_module.listen
+"""The bus's own LISTEN, put back before the bus stops (its listener's end must not be lost
+again)."""
+
 
 async def test_streams_open_through_the_gap_end_and_one_opened_after_does_not(
     pool: asyncpg.Pool, db_dsn: str, monkeypatch: pytest.MonkeyPatch
@@ -65,6 +69,20 @@ async def test_streams_open_through_the_gap_end_and_one_opened_after_does_not(
         await asyncio.wait_for(bus.stop(), 5)
 
 
+def _lost_at_once(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Each new listener ended as soon as it listens (a server that ends idle sessions at
+    once): the loop times of its LISTENs, appended as they come."""
+    listens: list[float] = []
+
+    async def lost_at_once(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> None:
+        await _LISTEN(conn, *args, **kwargs)
+        listens.append(asyncio.get_running_loop().time())
+        conn.terminate()
+
+    monkeypatch.setattr(bus_module, "listen", lost_at_once)
+    return listens
+
+
 async def test_a_listener_lost_as_soon_as_it_listens_is_not_made_again_at_once(
     pool: asyncpg.Pool, db_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,15 +92,7 @@ async def test_a_listener_lost_as_soon_as_it_listens_is_not_made_again_at_once(
     await create_session(pool, tenant="t", session_id="s", agent="default", model="m")
     bus = EventBus(pool, db_dsn)
     await asyncio.wait_for(bus.start(), 10)
-    listen = bus_module.listen
-    listens: list[float] = []
-
-    async def lost_at_once(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> None:
-        await listen(conn, *args, **kwargs)
-        listens.append(asyncio.get_running_loop().time())
-        conn.terminate()
-
-    monkeypatch.setattr(bus_module, "listen", lost_at_once)
+    listens = _lost_at_once(monkeypatch)
     try:
         async with bus.subscribe("t", "s") as queue:
             assert bus._listener is not None
@@ -91,7 +101,7 @@ async def test_a_listener_lost_as_soon_as_it_listens_is_not_made_again_at_once(
             assert 1 <= len(listens) <= 3, f"{len(listens)} LISTENs in 1.5 s"
             assert queue.qsize() == len(listens)  # each one ended the stream
     finally:
-        monkeypatch.setattr(bus_module, "listen", listen)
+        monkeypatch.setattr(bus_module, "listen", _LISTEN)
         await asyncio.wait_for(bus.stop(), 5)
 
 
@@ -127,16 +137,8 @@ async def test_a_listener_lost_at_once_over_and_over_is_one_warning_not_two_a_se
     lasting listener ``tests/unit/test_bus_losses.py`` follows)."""
     bus = EventBus(pool, db_dsn)
     await asyncio.wait_for(bus.start(), 10)
-    listen = bus_module.listen
-    listens: list[float] = []
-
-    async def lost_at_once(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> None:
-        await listen(conn, *args, **kwargs)
-        listens.append(asyncio.get_running_loop().time())
-        conn.terminate()
-
     caplog.set_level(logging.DEBUG, logger="cascade.bus")
-    monkeypatch.setattr(bus_module, "listen", lost_at_once)
+    listens = _lost_at_once(monkeypatch)
     try:
         assert bus._listener is not None
         bus._listener.terminate()
@@ -146,5 +148,5 @@ async def test_a_listener_lost_at_once_over_and_over_is_one_warning_not_two_a_se
         assert len(warnings) == 3, warnings  # lost, listening again, lost at once
         assert "lost at once" in warnings[-1]
     finally:
-        monkeypatch.setattr(bus_module, "listen", listen)
+        monkeypatch.setattr(bus_module, "listen", _LISTEN)
         await asyncio.wait_for(bus.stop(), 5)
