@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.jsonio import blank_escapes, loads, loads_exact, structure, values_in
@@ -165,10 +165,7 @@ class ResentBodies:
         the caller's check; a later body that extends it starts its check after them."""
         entry = self._entries.get(key)
         if entry is not None and entry.body is body:
-            count = len(body["messages"])
-            self._entries[key] = _Entry(
-                entry.raw, entry.end, entry.body, count, entry.values, entry.counted
-            )
+            self._entries[key] = replace(entry, checked=len(body["messages"]))
 
     def _pop(self, key: Any) -> _Entry | None:
         entry = self._entries.pop(key, None)
