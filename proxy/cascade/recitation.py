@@ -37,7 +37,7 @@ from proxy.cascade.briefing import says_nothing, section
 from proxy.cascade.overflow import block_room
 from proxy.cascade.phases import turn_start
 from proxy.cascade.step import Stage, StepInput
-from proxy.cascade.text import append_block, quote_closing_tag, whole_block
+from proxy.cascade.text import append_block, quote_closing_tag, remove_block, whole_block
 from proxy.cascade.types import Message, StageResult
 
 __all__ = [
@@ -159,13 +159,8 @@ def _ends_with(msg: Message, block: str) -> bool:
 
 def _without(msg: Message, block: str) -> Message:
     """``msg`` without ``block`` where :func:`append_block` put it, ending it; else ``msg``."""
-    if not _ends_with(msg, block):
-        return msg
-    content = msg.get("content")
-    if isinstance(content, list):
-        return {**msg, "content": content[:-1]}
-    assert isinstance(content, str)
-    return {**msg, "content": content[: max(len(content) - len(block) - 2, 0)]}
+    stripped = remove_block(msg, block) if _ends_with(msg, block) else None
+    return msg if stripped is None else stripped
 
 
 def _unrecited(msg: Message) -> Message:
