@@ -292,22 +292,22 @@ def _redact_content(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[
         if isinstance(part, str) or has_text(part):
             continue
         if isinstance(part, Mapping):
-            if isinstance(part.get("type"), str):
-                kind, n = redact(part["type"], patterns)
-                parts[i], total = ({**part, "type": kind} if n else part), total + n
+            parts[i], n = _redact_field(part, "type", patterns)
         else:
             parts[i], n = _redact_value(part, patterns)
-            total += n
+        total += n
     return (msg, 0) if total == 0 else ({**msg, "content": parts}, total)
 
 
-def _redact_refusal(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """``msg`` with its ``refusal`` field redacted, whatever its role (its ``refusal`` parts
-    are content: ``redact_message`` reads them)."""
-    if not isinstance(msg.get("refusal"), str):
-        return msg, 0
-    text, n = redact(msg["refusal"], patterns)
-    return (msg, 0) if n == 0 else ({**msg, "refusal": text}, n)
+def _redact_field(
+    obj: Mapping[str, Any], key: str, patterns: Sequence[re.Pattern[str]]
+) -> tuple[Any, int]:
+    """``obj`` with its text under ``key`` redacted, and the count; ``obj`` itself when that
+    is no text or nothing matched."""
+    if not isinstance(obj.get(key), str):
+        return obj, 0
+    text, n = redact(obj[key], patterns)
+    return (obj, 0) if n == 0 else ({**obj, key: text}, n)
 
 
 def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
@@ -320,12 +320,13 @@ def redact_written(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[M
     for another model (the summary's input) is redacted here. The same object comes back
     when nothing matched."""
     out, total = redact_message(msg, patterns)
-    for step in (_redact_content, _redact_refusal):
-        out, n = step(out, patterns)
+    out, n = _redact_content(out, patterns)
+    total += n
+    # its refusal, whatever its role (``refusal`` parts are content: ``redact_message``
+    # reads them), and a tool's or a participant's name, rendered too
+    for key in ("refusal", "name"):
+        out, n = _redact_field(out, key, patterns)
         total += n
-    if isinstance(msg.get("name"), str):  # a tool's or a participant's name, rendered too
-        name, n = redact(msg["name"], patterns)
-        out, total = ({**out, "name": name} if n else out), total + n
     calls = msg.get("tool_calls")
     if isinstance(calls, Sequence) and not isinstance(calls, str):
         done = [_redact_arguments(c, patterns) for c in calls]
