@@ -35,7 +35,7 @@ from proxy.api.deps import (
     upstream_headers,
     upstream_query,
 )
-from proxy.api.openapi import BODY_ERRORS
+from proxy.api.openapi import BODY_ERRORS, RELAYED_ERROR_SCHEMA
 from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
@@ -142,7 +142,6 @@ def _chat_operation(session: bool) -> dict[str, Any]:
             "n": {"type": ["integer", "null"], "minimum": 1, "maximum": 128},
         },
     }
-    error = {"type": "object", "properties": {"error": {"type": "object"}}}
     operation: dict[str, Any] = {
         "summary": "Chat completion" + (" in the session named by the path" if session else ""),
         "description": "OpenAI's chat completions, with the session's context managed; the "
@@ -160,7 +159,7 @@ def _chat_operation(session: bool) -> dict[str, Any]:
             },
             "default": {
                 "description": "An OpenAI-shaped error.",
-                "content": {"application/json": {"schema": error}},
+                "content": {"application/json": {"schema": RELAYED_ERROR_SCHEMA}},
             },
         },
     }

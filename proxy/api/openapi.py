@@ -10,7 +10,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["ERROR_SCHEMA", "SESSION_ID_PATTERN", "BODY_ERRORS", "error_response", "amend"]
+__all__ = [
+    "BODY_ERRORS",
+    "ERROR_SCHEMA",
+    "RELAYED_ERROR_SCHEMA",
+    "SESSION_ID_PATTERN",
+    "amend",
+    "error_response",
+]
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -41,6 +48,14 @@ _MALFORMED = error_response(
 )
 
 
+RELAYED_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"error": {"type": "object"}},
+}
+"""An error of a route that forwards to a provider: the proxy's own (``ERROR_SCHEMA``) or the
+provider's relayed as it came, which need not hold all four fields."""
+
+
 BODY_ERRORS: dict[int | str, dict[str, Any]] = {
     400: error_response(
         "A body that is no JSON object or nests too deep, or an invalid session id in the "
@@ -53,11 +68,7 @@ BODY_ERRORS: dict[int | str, dict[str, Any]] = {
     "default": {
         "description": "Any other error: the proxy's own in the same shape (401, 403, 502, "
         "504), or the provider's, relayed as it came.",
-        "content": {
-            "application/json": {
-                "schema": {"type": "object", "properties": {"error": {"type": "object"}}}
-            }
-        },
+        "content": {"application/json": {"schema": RELAYED_ERROR_SCHEMA}},
     },
 }
 """The errors of a route that forwards a JSON body as it came (embeddings): the chat
