@@ -19,6 +19,7 @@ from typing import Any
 
 from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
+from proxy.chunk_faults import error_answer
 from proxy.credentials import scrub_text
 from proxy.errors import UpstreamBadResponse
 from proxy.observe import note_bad_answer, note_usage
@@ -325,7 +326,7 @@ def read_fast_answer(job: Any, resp: Any) -> tuple[int, str]:
     kind = UpstreamBadResponse.__name__  # the call failed, as the metrics and its span say
     try:
         data = answer_data(resp)
-        if isinstance(data.get("error"), dict) and "choices" not in data:
+        if error_answer(data) is not None:
             kind = "error_answer"
             head = _scrubbing(resp)(resp.text)[:300]
             raise ValueError(f"an error answered with status {resp.status_code}: {head}")

@@ -35,6 +35,8 @@ def _errors(metrics: Metrics) -> dict[str, float]:
     [
         (json.dumps({"error": {"message": "overloaded", "type": "server_error"}}), "error_answer"),
         ('data: {"error": {"message": "overloaded"}}\n\ndata: [DONE]\n\n', "error_answer"),
+        (json.dumps({"error": "overloaded"}), "error_answer"),
+        (json.dumps({"error": {"message": "overloaded"}, "choices": []}), "error_answer"),
         ("<html>sign in</html>", "UpstreamBadResponse"),
         (json.dumps({"choices": []}), "UpstreamBadResponse"),
     ],
