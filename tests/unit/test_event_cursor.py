@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.api import events
+from proxy.api import event_cursor
 
 
 def test_a_long_replay_keeps_no_set_of_its_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -20,8 +20,8 @@ def test_a_long_replay_keeps_no_set_of_its_ids(monkeypatch: pytest.MonkeyPatch) 
         rows = [{"id": i, "name": "context.usage", "data": "{}", "settled": True} for i in ids]
         return None, rows
 
-    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
-    cursor = events._Cursor(0, datetime.now(UTC), lambda agent: True)
+    monkeypatch.setattr("proxy.store.events.fetch_session_events_after", fetch)
+    cursor = event_cursor.Cursor(0, datetime.now(UTC), lambda agent: True)
 
     async def replay() -> None:
         async for frame in cursor.catch_up(None, "t", "s"):
