@@ -38,12 +38,24 @@ class Cursor:
     """What one stream has sent: every event up to ``mark`` (or it never will exist), and
     the ids above it in ``sent``; ``gone`` once a read found the session deleted, another
     made under its id (``created_at``, the one the stream was opened on), or the session
-    run by an agent ``reaches`` (the stream's key) refuses."""
+    run by an agent ``reaches`` (the stream's key) refuses.
+
+    A stream resumed after ``after`` (its client's Last-Event-ID) starts at ``floor``, the
+    session's last settled event up to it, when given: an id below ``after`` may commit
+    after it (two writers), and that one its client cannot have, if the replay does not
+    find it. The replay takes the events it finds up to ``after`` unsent (``had``, the
+    client's); one that comes later is sent."""
 
     def __init__(
-        self, after: int, created_at: datetime, reaches: Callable[[str | None], bool]
+        self,
+        after: int,
+        created_at: datetime,
+        reaches: Callable[[str | None], bool],
+        floor: int | None = None,
     ) -> None:
-        self.mark = after
+        self.mark = after if floor is None else min(floor, after)
+        self.had = after
+        self.replayed = False
         self.created_at = created_at
         self.reaches = reaches
         self.sent: set[int] = set()
@@ -121,7 +133,7 @@ class Cursor:
                     settled = False  # the mark stays below what is not sent
                     self.ahead.append(BusEvent(r["name"], r["data"], r["id"]))
                     continue
-                fresh = self.take(r["id"])
+                fresh = self.take(r["id"]) and (self.replayed or r["id"] > self.had)
                 settled = settled and r["settled"]
                 if settled:  # below the mark: no longer kept in ``sent``
                     self.mark = r["id"]
@@ -130,3 +142,4 @@ class Cursor:
                     yield frame(BusEvent(r["name"], r["data"], r["id"]))
         self.sent = {i for i in self.sent if i > self.mark}
         self.held = {i for i in self.held if i > self.mark}
+        self.replayed = True

@@ -141,7 +141,12 @@ class _Live:
 
 
 async def _stream(
-    request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
+    request: Request,
+    pool: Any,
+    bus: EventBus,
+    session: tuple[str, str, datetime],
+    after: int,
+    floor: int | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribe first, then replay, so nothing published in between is missed or doubled;
     then say so (``LIVE``).
@@ -176,7 +181,7 @@ async def _stream(
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
-        cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent))
+        cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent), floor)
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
         yield LIVE
@@ -252,13 +257,19 @@ async def session_events(
     if row is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     session = (tenant, session_id, row["created_at"])
-    after = _after(request)
+    after, floor = _after(request), 0
     if after:  # one past every event of the session comes from elsewhere (a restored
         # database, whose sequence went back): the stream starts after the session's last
-        last = await store.fetch_last_event_id(pool, tenant=tenant, session_id=session_id)
+        last, floor = await store.fetch_resume(
+            pool,
+            tenant=tenant,
+            session_id=session_id,
+            after_id=after,
+            settle_seconds=event_cursor.SETTLE_SECONDS,
+        )
         after = min(after, last)
     return EventStream(
-        _stream(request, pool, bus, session, after),
+        _stream(request, pool, bus, session, after, floor),
         sep="\n",
         ping=15,
         send_timeout=SEND_TIMEOUT_SECONDS,
