@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -13,30 +12,21 @@ from fastapi import APIRouter, Request
 from sse_starlette.sse import EventSourceResponse
 
 from proxy import sse
-from proxy.api import catch_up, reconnect
+from proxy.api import catch_up, event_cursor, reconnect
 from proxy.api.catch_up import Reads
 from proxy.api.deps import BusDep, PoolDep, SessionIdDep, TenantDep
+from proxy.api.event_cursor import Cursor, frame as _frame
 from proxy.api.event_stream import EventStream
 from proxy.api.last_event_id import LAST_EVENT_ID, LAST_EVENT_ID_QUERY, after as _after
 from proxy.auth import PROXY_KEY
 from proxy.bus import LAGGED, RELISTENED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import NotFound
-from proxy.store import events as store, nul, sessions
+from proxy.store import events as store, sessions
 from proxy.store.db import DatabaseUnavailable
 
 __all__ = ["router"]
 
 router = APIRouter()
-
-
-def _frame(event: BusEvent) -> dict[str, Any]:
-    """A persisted event's data is stored through ``nul.encode_json``: decoded here, on the
-    one way out of the table (replay, catch-up and NOTIFY alike)."""
-    data = event.data if event.id is None else nul.decode_json(event.data)
-    frame = {"event": event.name, "data": json.dumps(data)}
-    if event.id is not None:
-        frame["id"] = str(event.id)
-    return frame
 
 
 LIVE = {"comment": "live"}
@@ -46,111 +36,6 @@ is current, and it need not wait for the first ping to know the stream is open."
 
 CATCH_UP_SECONDS = 2.0
 """How often an open stream also reads the table for events it was not told about."""
-
-SETTLE_SECONDS = 10.0
-"""How long after its transaction began an event is taken as final: ids come from a
-sequence, and two writers (a request, a background compaction, another replica) can commit
-them out of order, so a stream that moved its mark past id n+1 as soon as it saw it would
-drop id n when n committed a moment later. Every event is written by one short statement."""
-
-
-class _Cursor:
-    """What one stream has sent: every event up to ``mark`` (or it never will exist), and
-    the ids above it in ``sent``; ``gone`` once a read found the session deleted, another
-    made under its id (``created_at``, the one the stream was opened on), or the session
-    run by an agent ``reaches`` (the stream's key) refuses."""
-
-    def __init__(
-        self, after: int, created_at: datetime, reaches: Callable[[str | None], bool]
-    ) -> None:
-        self.mark = after
-        self.created_at = created_at
-        self.reaches = reaches
-        self.sent: set[int] = set()
-        self.held: set[int] = set()  # heard live, held back unsent (``reconnect.last_frames``)
-        self.gone = False
-        self.ahead: list[BusEvent] = []  # read past a live event's id (``upto``), unsent
-
-    def seen(self, event_id: int) -> bool:
-        """Whether ``event_id`` was sent already, or never will be (at or below the mark)."""
-        return event_id <= self.mark or event_id in self.sent
-
-    def take(self, event_id: int) -> bool:
-        """True the first time ``event_id`` comes (send it), False after."""
-        if self.seen(event_id):
-            return False
-        self.sent.add(event_id)
-        self.held.discard(event_id)
-        return True
-
-    def take_live(self, event_id: int) -> bool:
-        """``take`` for an event heard live, but held back behind one held already: sent
-        first, its id, the client's Last-Event-ID should the stream end, would skip that."""
-        if self.held and not self.seen(event_id) and event_id > min(self.held):
-            self.hold(event_id)
-            return False
-        return self.take(event_id)
-
-    def hold(self, event_id: int | None) -> None:
-        """``event_id``, heard live, is held back unsent: a catch-up sends it."""
-        if event_id is not None:
-            self.sent.discard(event_id)
-            self.held.add(event_id)
-
-    def before(self, event_id: int) -> list[BusEvent]:
-        """The events read ahead below ``event_id`` and not sent yet, taken; those up to
-        it leave ``ahead``."""
-        due = [e for e in self.ahead if e.id is not None and e.id < event_id and self.take(e.id)]
-        self.ahead = [e for e in self.ahead if e.id is not None and e.id > event_id]
-        return due
-
-    async def catch_up(
-        self,
-        pool: Any,
-        tenant: str,
-        session_id: str,
-        upto: int | None = None,
-        shared: tuple[Reads, float | None] | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Read the table past ``mark``; move ``mark`` over settled rows only. The same
-        statement reads the session's agent, judged before any of its rows is sent. With
-        ``upto`` (a live event's id), the rows past it are kept in ``ahead``, unsent: each
-        goes out in its place in the live order, after the transient events published
-        before it (a reply's last deltas before its ``context.usage``). With ``shared``
-        (the session's ``catch_up.Reads`` and the moment the read is due, None for a read
-        that must hold ``upto``), the rows come from a read the session's streams share."""
-        settled, self.ahead = True, []
-        if shared is None:
-            # this stream's own read (the replay as it opens)
-            pages = catch_up.pages(
-                pool, tenant, session_id, self.created_at, self.mark, SETTLE_SECONDS
-            )
-        else:
-            reads, since = shared
-            holding = None if since is not None else upto
-            shared_pages = await reads.read(self, SETTLE_SECONDS, since=since, holding=holding)
-            pages = catch_up.each(shared_pages)
-        async for read in pages:
-            if read is None or not self.reaches(read[0]):
-                self.gone = True
-                return
-            for r in read[1]:
-                if r["id"] <= self.mark:  # a shared read starts at the lowest stream's mark
-                    continue
-                if upto is not None and r["id"] > upto:
-                    settled = False  # the mark stays below what is not sent
-                    self.ahead.append(BusEvent(r["name"], r["data"], r["id"]))
-                    continue
-                fresh = self.take(r["id"])
-                settled = settled and r["settled"]
-                if settled:  # below the mark: no longer kept in ``sent``
-                    self.mark = r["id"]
-                    self.sent.discard(r["id"])
-                if fresh:
-                    yield _frame(BusEvent(r["name"], r["data"], r["id"]))
-        self.sent = {i for i in self.sent if i > self.mark}
-        self.held = {i for i in self.held if i > self.mark}
-
 
 SEND_TIMEOUT_SECONDS = 30.0
 """How long a frame (a ping among them) may wait to go out before the stream is closed: its
@@ -205,14 +90,14 @@ class _Live:
         self.reads: Reads | None = None  # the session's shared reads, once it is live
         self.unread = False  # the last ``read_first`` met an outage
         # until then, events written as the stream registered may have gone unannounced
-        self.unsure_until = asyncio.get_running_loop().time() + SETTLE_SECONDS
+        self.unsure_until = asyncio.get_running_loop().time() + event_cursor.SETTLE_SECONDS
 
     def dequeued(self) -> bool:
         """One event taken off the queue: whether the last read judged it already."""
         queued, self.judged = self.judged > 0, max(0, self.judged - 1)
         return queued
 
-    async def read_first(self, event: BusEvent, cursor: _Cursor) -> AsyncIterator[dict[str, Any]]:
+    async def read_first(self, event: BusEvent, cursor: Cursor) -> AsyncIterator[dict[str, Any]]:
         """Before a persisted ``event`` heard live in the stream's first ``SETTLE_SECONDS``,
         the table's events past the mark up to it, ``event`` among them (its NOTIFY says it
         is committed): one committed before it whose announcement the registration missed
@@ -256,10 +141,16 @@ class _Live:
 
 
 async def _stream(
-    request: Request, pool: Any, bus: EventBus, session: tuple[str, str, datetime], after: int
+    request: Request,
+    pool: Any,
+    bus: EventBus,
+    session: tuple[str, str, datetime],
+    after: int,
+    floor: int | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribe first, then replay, so nothing published in between is missed or doubled;
-    then say so (``LIVE``).
+    then say so (``LIVE``). Resumed after ``after`` (a Last-Event-ID), the replay reads from
+    ``floor``, the session's last settled event up to it (``event_cursor.Cursor``).
 
     Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
     table after the id it had read up to, skipping what it already sent, so an event that was
@@ -291,7 +182,7 @@ async def _stream(
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
-        cursor = _Cursor(after, created_at, lambda agent: _reaches(request, agent))
+        cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent), floor)
         async for frame in cursor.catch_up(pool, tenant, session_id):
             yield frame
         yield LIVE
@@ -305,7 +196,7 @@ async def _live(
     pool: Any,
     session: tuple[str, str, datetime],
     queue: asyncio.Queue[BusEvent],
-    cursor: _Cursor,
+    cursor: Cursor,
     reads: Reads,
 ) -> AsyncIterator[dict[str, Any]]:
     """The stream past its replay (``_stream``), its catch-ups due on the session's shared
@@ -367,13 +258,19 @@ async def session_events(
     if row is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     session = (tenant, session_id, row["created_at"])
-    after = _after(request)
+    after, floor = _after(request), 0
     if after:  # one past every event of the session comes from elsewhere (a restored
         # database, whose sequence went back): the stream starts after the session's last
-        last = await store.fetch_last_event_id(pool, tenant=tenant, session_id=session_id)
+        last, floor = await store.fetch_resume(
+            pool,
+            tenant=tenant,
+            session_id=session_id,
+            after_id=after,
+            settle_seconds=event_cursor.SETTLE_SECONDS,
+        )
         after = min(after, last)
     return EventStream(
-        _stream(request, pool, bus, session, after),
+        _stream(request, pool, bus, session, after, floor),
         sep="\n",
         ping=15,
         send_timeout=SEND_TIMEOUT_SECONDS,

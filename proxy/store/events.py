@@ -23,6 +23,7 @@ __all__ = [
     "event_objects",
     "insert_event",
     "fetch_events_after",
+    "fetch_resume",
     "fetch_session_events_after",
     "NOTIFY_CHANNEL",
     "notify",
@@ -139,12 +140,22 @@ async def fetch_events_after(
     return await conn.fetch(FETCH_EVENTS_AFTER, tenant, session_id, after_id, limit, settle_seconds)
 
 
-async def fetch_last_event_id(conn: Executor, *, tenant: str, session_id: str) -> int:
-    """The id of the session's last event, 0 when it has none."""
-    last = await conn.fetchval(
-        "SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2", tenant, session_id
-    )
-    return int(last or 0)
+FETCH_RESUME = """
+SELECT (SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2) AS last,
+       (SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2 AND id <= $3
+          AND created_at < now() - make_interval(secs => $4)) AS settled
+"""
+
+
+async def fetch_resume(
+    conn: Executor, *, tenant: str, session_id: str, after_id: int, settle_seconds: float
+) -> tuple[int, int]:
+    """Where a stream resumed after ``after_id`` starts: the id of the session's last event,
+    and of its last event up to ``after_id`` older than ``settle_seconds`` (as ``settled``
+    in :func:`fetch_events_after`), 0 for none."""
+    row = await conn.fetchrow(FETCH_RESUME, tenant, session_id, after_id, settle_seconds)
+    assert row is not None  # an aggregate's one row
+    return int(row["last"] or 0), int(row["settled"] or 0)
 
 
 FETCH_SESSION_EVENTS_AFTER = """

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.api import events
+from proxy.api import event_cursor
 
 
 def test_a_long_replay_keeps_no_set_of_its_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -20,8 +20,8 @@ def test_a_long_replay_keeps_no_set_of_its_ids(monkeypatch: pytest.MonkeyPatch) 
         rows = [{"id": i, "name": "context.usage", "data": "{}", "settled": True} for i in ids]
         return None, rows
 
-    monkeypatch.setattr(events.store, "fetch_session_events_after", fetch)
-    cursor = events._Cursor(0, datetime.now(UTC), lambda agent: True)
+    monkeypatch.setattr("proxy.store.events.fetch_session_events_after", fetch)
+    cursor = event_cursor.Cursor(0, datetime.now(UTC), lambda agent: True)
 
     async def replay() -> None:
         async for frame in cursor.catch_up(None, "t", "s"):
@@ -31,3 +31,26 @@ def test_a_long_replay_keeps_no_set_of_its_ids(monkeypatch: pytest.MonkeyPatch) 
     assert [i for i, _ in seen] == list(range(1, total + 1))
     assert max(n for _, n in seen) <= 1
     assert cursor.mark == total and not cursor.take(total)
+
+
+def test_a_resumed_stream_sends_an_id_below_the_clients_that_its_replay_did_not_find(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # resumed after 5 (the client's Last-Event-ID), from 2, the last event settled up to it:
+    # 3 and 5 are the client's, 4 commits after the replay (two writers), 6 is new
+    table = [3, 5, 6]
+
+    async def fetch(_pool: Any, *, after_id: int, **_: Any) -> Any:
+        ids = sorted(i for i in table if i > after_id)
+        return None, [{"id": i, "name": "n", "data": "{}", "settled": False} for i in ids]
+
+    monkeypatch.setattr("proxy.store.events.fetch_session_events_after", fetch)
+    cursor = event_cursor.Cursor(5, datetime.now(UTC), lambda agent: True, floor=2)
+
+    async def read() -> list[int]:
+        return [int(f["id"]) async for f in cursor.catch_up(None, "t", "s")]
+
+    assert asyncio.run(read()) == [6]
+    table.append(4)
+    assert asyncio.run(read()) == [4]
+    assert asyncio.run(read()) == []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.api import events
+from proxy.api import event_cursor, events
 from proxy.bus import RELISTENED, BusEvent
 from proxy.store.db import DatabaseUnavailable
 from tests.unit.test_events_shared_catch_up import _Bus, _open, _Request, _Table
@@ -22,7 +22,7 @@ def table(monkeypatch: pytest.MonkeyPatch) -> _Table:
     table = _Table()
     monkeypatch.setattr(events.store, "fetch_session_events_after", table.fetch)
     monkeypatch.setattr(events, "CATCH_UP_SECONDS", 60.0)  # no periodic read meanwhile
-    monkeypatch.setattr(events, "SETTLE_SECONDS", 0.05)  # the first seconds, short
+    monkeypatch.setattr(event_cursor, "SETTLE_SECONDS", 0.05)  # the first seconds, short
     _Request.gone = False
     return table
 
@@ -38,7 +38,7 @@ async def _held_then_later_sent(
 ) -> tuple[_Bus, tuple[str, str, datetime], list[Any], list[list[dict[str, Any]]]]:
     """Two streams that sent event 2, then held back event 1, committed after it (two
     writers) and heard in their first seconds, whose read met an outage."""
-    monkeypatch.setattr(events, "SETTLE_SECONDS", 5.0)
+    monkeypatch.setattr(event_cursor, "SETTLE_SECONDS", 5.0)
     bus, session = _Bus(), ("t", "s", datetime.now(UTC))
     tasks, frames = await _open(2, bus, session)
     fetch, down = table.fetch, False

@@ -16,7 +16,8 @@ import pytest
 from proxy.aiohttp_stream import READ_AHEAD_BYTES, RECEIVE_BUFFER_BYTES
 from proxy.answers import MAX_ANSWER_BYTES, MAX_EMBEDDINGS_BYTES
 from proxy.api.deps import API_BODY_LIMIT
-from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
+from proxy.api.event_cursor import SETTLE_SECONDS
+from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS
 from proxy.bus import MAX_QUEUED, PROBE_EVERY, PROBE_TIMEOUT, START_TIMEOUT, WATCH_TTL
 from proxy.bus_payloads import MAX_PAYLOAD
 from proxy.cascade import types

@@ -36,10 +36,12 @@ export function forgetDrafts() {
   drafts.clear();
 }
 
-// This page's own turns whose last event has not come yet, by session id, oldest first.
-// They outlive the view that sent them: a view opened again on the session queues its
+// This page's own turns whose last event has not come yet, by key and session id, oldest
+// first. They outlive the view that sent them: a view opened again on the session queues its
 // turns after them (its first message waits for theirs, as the next one in the sending view
-// does) and its event stream ends them.
+// does) and its event stream ends them. The key is part of it: the next key signed in may be
+// another tenant's, whose session under the same id is another, and whose stream never
+// brings the last key's turns' events.
 const queues = new Map();
 
 // A turn whose key signed out before its request went: the next key signed in may be another
@@ -56,6 +58,7 @@ export class Composer {
     // What marks this view's turns in the session's queue: not the view itself, which a turn
     // left queued (its session not opened again) would keep in memory with all its rows.
     this.mark = {};
+    this.queue = JSON.stringify([storedKey(), view.id]); // its place in `queues`
   }
 
   // The view opens: its session's draft, or nothing.
@@ -74,12 +77,12 @@ export class Composer {
   // answers they tell of: a turn ends at the first last event after those of the turns
   // before it.
   get turns() {
-    return queues.get(this.view.id) || [];
+    return queues.get(this.queue) || [];
   }
 
   set turns(list) {
-    if (list.length) queues.set(this.view.id, list);
-    else queues.delete(this.view.id);
+    if (list.length) queues.set(this.queue, list);
+    else queues.delete(this.queue);
   }
 
   // A turn of this view is still to end: its reply streams in the answer box, so its deltas

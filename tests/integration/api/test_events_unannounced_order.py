@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from proxy.api import events as events_api
+from proxy.api import event_cursor, events as events_api
 from proxy.bus_payloads import transient_payload
 from proxy.settings import Settings
 from proxy.store import events as event_store
@@ -206,7 +206,7 @@ def test_an_event_read_ahead_comes_before_a_later_one_heard_after_the_first_seco
     reconnect with the later id would skip it for good."""
     assert settings.database_url is not None
     monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 60.0)  # no periodic read between
-    monkeypatch.setattr(events_api, "SETTLE_SECONDS", 1.0)
+    monkeypatch.setattr(event_cursor, "SETTLE_SECONDS", 1.0)
     chat(proxy.origin, "ahead", [user("u1")])
     fetch, written = event_store.fetch_session_events_after, threading.Event()
 

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.ui.conftest import KEY, KEY_ENV, LIMIT, TENANT, Page
@@ -158,3 +159,43 @@ def test_a_message_the_last_key_sent_is_not_sent_with_the_next_key(
         http.headers["authorization"] = f"Bearer {OTHER}"
         assert http.get("/v1/sessions").json()["data"] == []
     assert page.get_by_test_id("toast").count() == 0
+
+
+def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A turn the last key sent in its ``shared-run`` still streams when the key changes:
+    the next key's message in its own session under that id goes at once. It waited for the
+    last key's turn, queued under the same session id, and then for its last event, which
+    the next key's stream, another tenant's session, never brings."""
+    started(console_proxy, "shared-run")
+    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
+        made = http.post(
+            "/s/shared-run/v1/chat/completions",
+            headers={"authorization": f"Bearer {OTHER}"},
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert made.status_code == 200, made.text
+    pacer = Pacer()
+    fake_upstream.script(
+        reply("the last key's answer " * 4, chunks=4, pacer=pacer), reply("Theirs.")
+    )
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/shared-run")
+    _sign_in(console, KEY)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    _sign_in(console, OTHER)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    page.get_by_test_id("composer-input").fill("two")
+    page.get_by_test_id("composer-send").click()
+    try:
+        done = page.locator("[data-testid=assistant-message][data-state=done]")
+        done.filter(has_text="Theirs.").wait_for(timeout=3000)
+    finally:
+        pacer.allow(10)  # the last key's turn ends

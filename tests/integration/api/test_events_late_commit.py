@@ -1,0 +1,80 @@
+"""An event that commits after a later one (two writers: its id came first, its commit
+second) still reaches a client that reconnected with the later one's id before it
+committed: its stream ended any way at all (the client's drop, the server's bound), and
+the reconnect's replay could not have found it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import asyncpg
+import pytest
+
+from proxy.api import events as events_api
+from proxy.settings import Settings
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.api.test_events import EventStream, chat, open_events, user
+from tests.integration.conftest import run_sync
+
+INSERT = (
+    "INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id, $2, "
+    "jsonb_build_object('session_id', id) FROM sessions WHERE id = $1 RETURNING id"
+)
+
+
+def _until_live(events: EventStream) -> list[str]:
+    """The replay's lines, up to the comment that ends it."""
+    lines = []
+    for line in events._lines:
+        if line == ": live":
+            return lines
+        lines.append(line)
+    raise AssertionError("event stream ended")
+
+
+async def _write_late(dsn: str, sid: str, ids: list[int], commit: threading.Event) -> None:
+    """``test.late``, written in a transaction left open, then ``test.early`` committed (their
+    ids to ``ids``); the first commits once ``commit`` is set."""
+    late = await asyncpg.connect(dsn)
+    try:
+        async with late.transaction():
+            ids.append(int(await late.fetchval(INSERT, sid, "test.late")))
+            other = await asyncpg.connect(dsn)
+            try:
+                ids.append(int(await other.fetchval(INSERT, sid, "test.early")))
+            finally:
+                await other.close()
+            await asyncio.to_thread(commit.wait, 10)
+    finally:
+        await late.close()
+
+
+def test_an_id_below_last_event_id_committed_after_the_reconnect_comes(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert settings.database_url is not None
+    monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 0.3)
+    chat(proxy.origin, "late", [user("u1")])  # a turn's events, written just now
+    ids: list[int] = []
+    commit = threading.Event()
+    writer = threading.Thread(
+        target=run_sync, args=(_write_late(settings.database_url, "late", ids, commit),)
+    )
+    writer.start()
+    try:
+        while len(ids) < 2 and writer.is_alive():
+            time.sleep(0.01)
+        late, early = ids
+        assert late < early
+        # the client received ``early`` (its stream sent it, then ended) and comes back
+        with open_events(proxy.origin, "late", last_event_id=str(early)) as events:
+            replay = _until_live(events)
+            commit.set()
+            got = events.next()
+    finally:
+        commit.set()
+        writer.join()
+    assert not [line for line in replay if line.startswith("id:")]  # nothing the client has
+    assert (got.event, got.id) == ("test.late", str(late))
