@@ -9,8 +9,8 @@ under its version (``raw_versions``: the keys and row versions of every row the 
 depends on), and a later read whose version is the same pages that text after one small
 query. The text kept is the very text a fresh read gives, so every page is unchanged.
 
-The memory is bounded (``BUDGET_CHARS`` over all entries, least recently used first out);
-a text past the budget alone is not kept. An entry is per tenant, session, id and
+The memory is bounded (``BUDGET_BYTES`` of text over all entries, least recently used first
+out); a text past the budget alone is not kept. An entry is per tenant, session, id and
 patterns (the tool-outputs API's unredacted read is its own entry), and each process keeps
 its own: the version, read each time, is what makes an entry good, wherever it was written.
 """
@@ -18,6 +18,7 @@ its own: the version, read each time, is what makes an entry good, wherever it w
 from __future__ import annotations
 
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +28,11 @@ from proxy.cascade.redaction import redact
 from proxy.services.page_threads import make_page
 from proxy.store import raw_outputs, raw_versions
 
-__all__ = ["BUDGET_CHARS", "Output", "clear", "read_output"]
+__all__ = ["BUDGET_BYTES", "Output", "clear", "read_output"]
 
-BUDGET_CHARS = 32 * 2**20
-"""The most characters the kept texts hold together."""
+BUDGET_BYTES = 64 * 2**20
+"""The most memory the kept texts take together (``sys.getsizeof``: 1 to 4 bytes a
+character, as the widest character of each text needs)."""
 
 _MAX_ENTRIES = 512
 
@@ -48,7 +50,7 @@ class Output:
 
 
 _KEPT: OrderedDict[Key, tuple[str, Output]] = OrderedDict()
-_used = [0]  # characters the kept texts hold
+_used = [0]  # bytes the kept texts take
 
 
 def clear() -> None:
@@ -94,15 +96,15 @@ async def read_output(
 
 def _keep(key: Key, version: str, out: Output) -> None:
     _drop(key)
-    if len(out.content) > BUDGET_CHARS:
+    if sys.getsizeof(out.content) > BUDGET_BYTES:
         return
     _KEPT[key] = (version, out)
-    _used[0] += len(out.content)
-    while _used[0] > BUDGET_CHARS or len(_KEPT) > _MAX_ENTRIES:
+    _used[0] += sys.getsizeof(out.content)
+    while _used[0] > BUDGET_BYTES or len(_KEPT) > _MAX_ENTRIES:
         _drop(next(iter(_KEPT)))
 
 
 def _drop(key: Key) -> None:
     old = _KEPT.pop(key, None)
     if old is not None:
-        _used[0] -= len(old[1].content)
+        _used[0] -= sys.getsizeof(old[1].content)
