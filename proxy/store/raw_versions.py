@@ -5,7 +5,10 @@ under the id: the messages stored under it, the live rows at a handle's position
 before it, the spills under it (the newest and the ones it replaced) and the
 ``context.truncated`` events that name it. Every such row is named here by its key and its
 ``xmin`` (the transaction that wrote that row version: an update, such as an eviction or a
-supersession, gives a row a new one), and the events by their count and newest id. Two reads
+supersession, gives a row a new one), and the events by their count and newest id. The
+events count only while the newest row under an id is superseded, as they do for the read:
+for a live one they decide nothing, and its supersession changes its ``xmin`` anyway, so a
+long session's events are not scanned for every page. Two reads
 with the same version read the same text, so a caller may keep the text it read under the
 version (``services.raw_cache``) and page it again after this one small query, where
 reading it anew reads and decodes the whole copy.
@@ -37,7 +40,14 @@ SELECT concat_ws('|',
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
     (SELECT count(*)::text || ':' || coalesce(max(id), 0)::text FROM events
      WHERE tenant = $1 AND session_id = $2 AND name = 'context.truncated'
-       AND data ->> 'tool_call_id' = ANY($3::text[])))
+       AND data ->> 'tool_call_id' = ANY($3::text[])
+       AND EXISTS (
+           SELECT 1 FROM (
+               SELECT DISTINCT ON (tool_call_id) superseded_at FROM messages
+               WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])
+               ORDER BY tool_call_id, id DESC
+           ) AS newest
+           WHERE newest.superseded_at IS NOT NULL)))
 """
 
 

@@ -139,3 +139,22 @@ async def test_a_pinned_handles_later_page_fetches_only_the_version(conn: Any) -
     page = await _page(counting, 5000, handle="c1@2")
     assert counting.chars < 300
     assert page == await before(conn, S, "c1@2", 5000, MAX, PATTERNS, tenant=T)
+
+
+async def test_a_truncation_event_under_a_superseded_result_is_read_anew(conn: Any) -> None:
+    # A superseded row is judged whole by the context.truncated events under its id
+    # (test_raw_output_whole.py): one written since the text was kept makes it no result.
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history("whole " * 500)))
+    await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=1)
+    assert "whole" in await _page(conn, 0)
+    await conn.execute(
+        "INSERT INTO events (tenant, session_id, name, data) VALUES ($1, $2, $3, $4)",
+        T,
+        S,
+        "context.truncated",
+        {"tool_call_id": "c1"},
+    )
+    found = await toolloop.read_page(
+        conn, tenant=T, session_id=S, tool_call_id="c1", max_chars=MAX, patterns=PATTERNS
+    )
+    assert found is None
