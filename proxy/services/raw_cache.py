@@ -5,7 +5,7 @@ A model pages a large output in many calls, each of one page. Reading the whole 
 each (``raw_outputs.fetchrow_raw_output``: the text from the database, decoded on the event
 loop) and redacting all of it again (offsets count the redacted text, so a page cannot be
 redacted alone) made every page cost the whole copy. Here the text read and redacted is kept
-under its version (``raw_versions``: the keys and row versions of every row the read
+under its version (``raw_outputs.fetchval_version``: the keys and row versions of every row the read
 depends on), and a later read whose version is the same pages that text after one small
 query. The text kept is the very text a fresh read gives, so every page is unchanged.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from proxy.cascade.redaction import redact
 from proxy.services.page_threads import make_page
-from proxy.store import raw_outputs, raw_versions
+from proxy.store import raw_outputs
 
 __all__ = ["BUDGET_BYTES", "Output", "clear", "read_output"]
 
@@ -71,7 +71,7 @@ async def read_output(
     ``patterns``; None when not found. The version is read before the text, so a text
     written between the two is kept under the older version and read anew next time."""
     key: Key = (tenant, session_id, tool_call_id, tuple((p.pattern, p.flags) for p in patterns))
-    version = await raw_versions.fetchval_version(
+    version = await raw_outputs.fetchval_version(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
     )
     kept = _KEPT.get(key)

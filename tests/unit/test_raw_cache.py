@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.services import raw_cache
-from proxy.store import raw_outputs, raw_versions
+from proxy.store import raw_outputs
 
 
 class Store:
@@ -33,7 +33,7 @@ class Store:
                 return None
             return {"content": text, "original_bytes": len(text), "capped": False}
 
-        monkeypatch.setattr(raw_versions, "fetchval_version", version)
+        monkeypatch.setattr(raw_outputs, "fetchval_version", version)
         monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetch)
 
     async def read(self, cid: str) -> str | None:
