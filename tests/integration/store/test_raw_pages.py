@@ -18,7 +18,7 @@ from bench.raw_pages import Counting, before, hostile
 from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.services import raw_cache, toolloop
-from proxy.store import messages as msgs
+from proxy.store import messages as msgs, nul
 from tests.integration.store.helpers import S, T, insert_messages, rows_for, user
 
 PATTERNS = compile_patterns(())
@@ -80,12 +80,12 @@ def _body(page: str) -> str:
 
 
 async def test_a_later_page_fetches_the_rows_version_not_the_copy(conn: Any) -> None:
-    text = hostile(300_000)
+    text = hostile(120_000)
     await _spill(conn, text)
     counting = Counting(conn)
     first = await _page(counting, 0)
     assert counting.chars >= len(text)  # the first read reads the whole copy
-    for offset in (1900, 150_000, 299_000):
+    for offset in (1900, 119_000):
         counting.chars = 0
         page = await _page(counting, offset)
         assert counting.chars < 300, counting.chars
@@ -158,3 +158,28 @@ async def test_a_truncation_event_under_a_superseded_result_is_read_anew(conn: A
         conn, tenant=T, session_id=S, tool_call_id="c1", max_chars=MAX, patterns=PATTERNS
     )
     assert found is None
+
+
+@pytest.mark.parametrize("kept", ["evicted", "spilled"])
+async def test_an_evicted_body_and_a_spill_with_nuls_page_as_before(conn: Any, kept: str) -> None:
+    text = "".join(f"{i:05d}\x00 binary-ish \uffff line\n" for i in range(3000))
+    if kept == "spilled":
+        rows = rows_for(_history(text))
+        rows[2] = replace(rows[2], message=_history(text[:50] + " [cut]")[2])
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows)
+        await _respill(conn, nul.encode(text))
+    else:
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history(text)))
+        await conn.execute(
+            "UPDATE messages SET placeholder = $3, evicted_at = now()"
+            " WHERE tenant = $1 AND session_id = $2 AND pos = 2",
+            T,
+            S,
+            {"role": "tool", "tool_call_id": "c1", "content": "[evicted]"},
+        )
+    assert await _page(conn, 0) == await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T)
+    counting = Counting(conn)
+    page = await _page(counting, 40_000)
+    assert counting.chars < 300
+    assert "\x00" in page
+    assert page == await before(conn, S, "c1", 40_000, MAX, PATTERNS, tenant=T)
