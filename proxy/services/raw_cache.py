@@ -1,13 +1,14 @@
 """The stored copy of a tool result as ``read_tool_output`` and the tool-outputs API page it:
 read and redacted once per version, then paged from memory.
 
-A model pages a large output in many calls, each of one page. Reading the whole copy for
-each (``raw_outputs.fetchrow_raw_output``: the text from the database, decoded on the event
-loop) and redacting all of it again (offsets count the redacted text, so a page cannot be
-redacted alone) made every page cost the whole copy. Here the text read and redacted is kept
-under its version (``raw_outputs.fetchval_version``: the keys and row versions of every row the read
-depends on), and a later read whose version is the same pages that text after one small
-query. The text kept is the very text a fresh read gives, so every page is unchanged.
+A model pages a large output in many calls, each of one page. Each page's offsets count
+the text redacted whole (a page cannot be redacted alone), so reading the copy anew for a
+page (``raw_outputs.fetchrow_raw_output``: the whole text from the database, decoded on the
+event loop) and redacting all of it would cost the whole copy per page. The text read and
+redacted is kept instead, under its version (``raw_outputs.fetchval_version``: the keys and
+row versions of every row the read depends on), and a later read whose version is the same
+pages that text after one small query. The text kept is the very text a fresh read gives,
+so every page is unchanged.
 
 The memory is bounded (``BUDGET_BYTES`` of text over all entries, least recently used first
 out); a text past the budget alone is not kept. An entry is per tenant, session, id and
