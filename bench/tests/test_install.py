@@ -35,6 +35,7 @@ IMPORTED_BY_TESTS = (
     "bench.overhead_report",
     "bench.overhead_rounds",
     "bench.policies",
+    "bench.raw_pages",
     "bench.redaction_speed",
     "bench.replay",
     "bench.replay_driver",

@@ -21,8 +21,9 @@ from proxy.cascade.redaction import patterns_of, redact
 from proxy.config import Config
 from proxy.errors import NotFound
 from proxy.listing import iso_time, page_of, rows_to_read, session_cursor
+from proxy.services import raw_cache
 from proxy.services.page_threads import make_page
-from proxy.store import client_form, messages as msgs, nul, raw_outputs, sessions, summaries, usage
+from proxy.store import client_form, messages as msgs, nul, sessions, summaries, usage
 
 __all__ = [
     "list_sessions",
@@ -324,7 +325,7 @@ async def tool_output(
     note says in words."""
     session = await require_session(conn, tenant, session_id)
     max_chars = cfg.context_for(session["agent"]).tool_output.max_chars
-    row = await raw_outputs.fetchrow_raw_output(
+    row = await raw_cache.read_output(
         conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
     )
     if row is None:
@@ -337,7 +338,7 @@ async def tool_output(
     # event loop would hold every other request until it is done (``page_threads``)
     page, next_offset = await make_page(
         raw_output_page,
-        row["content"],
+        row.content,
         id=tool_call_id,
         offset=offset,
         limit=limit,
@@ -347,9 +348,9 @@ async def tool_output(
     return {
         "id": tool_call_id,
         "object": "tool_output",
-        "total_chars": len(row["content"]),
-        "original_bytes": row["original_bytes"],
-        "capped": row["capped"],
+        "total_chars": len(row.content),
+        "original_bytes": row.original_bytes,
+        "capped": row.capped,
         "page": page,
         "has_more": next_offset is not None,
         "next_offset": next_offset,

@@ -19,11 +19,11 @@ from typing import Any
 from proxy.cascade.handles import drop_handles
 from proxy.cascade.paging import raw_output_page
 from proxy.cascade.pipeline import Assembled
-from proxy.cascade.redaction import redact
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
+from proxy.services import raw_cache
 from proxy.services.page_threads import make_page
-from proxy.store import raw_outputs, sessions
+from proxy.store import sessions
 
 __all__ = [
     "MAX_TOOLS",
@@ -165,17 +165,12 @@ async def read_text(
     reads it) redacted with ``patterns`` (the agent's in force); None when not found. It
     was stored under the patterns of its day, and a page of it goes to the provider: the
     whole text is redacted before any page is cut from it, so a secret across a page's
-    edge is replaced whole, and offsets count the redacted text."""
-    row = await raw_outputs.fetchrow_raw_output(
-        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    edge is replaced whole, and offsets count the redacted text. The text read and
+    redacted is kept for the next page while its rows are unchanged (``raw_cache``)."""
+    out = await raw_cache.read_output(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id, patterns=patterns
     )
-    if row is None:
-        return None
-    if not patterns:
-        return str(row["content"])
-    # on a page thread: redacting up to rawCapBytes of text on the event loop would hold
-    # every other request until it is done (``page_threads``)
-    return await make_page(lambda text: redact(text, patterns)[0], row["content"])
+    return None if out is None else out.content
 
 
 async def read_page(

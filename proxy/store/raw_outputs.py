@@ -5,6 +5,19 @@ the body beside the placeholder (migration 0008), and :func:`fetchrow_raw_output
 from there, as it reads a result never cut from its message, when no spilled row is as new.
 A pointer's handle (``cascade.pins.pin``: id and position) reads that row's own result
 instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
+
+:func:`fetchval_version` names, without their text, every row that read depends on: the
+messages stored under the id, the live rows at a handle's position and the one before it,
+the spills under the id (the newest and the ones it replaced) and the
+``context.truncated`` events that name it. Each row is named by its key and its ``xmin``
+(the transaction that wrote that row version: an update, such as an eviction or a
+supersession, gives a row a new one), the events by their count and newest id. The events
+count only while the newest row under an id is superseded, as they do for the read: for a
+live one they decide nothing, and its supersession changes its ``xmin`` anyway, so a long
+session's events are not scanned for every page. Two reads with the same version read the
+same text, so a caller may keep the text it read under the version
+(``services.raw_cache``) and page it again after this one small query, where reading it
+anew reads and decodes the whole copy.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["raw_rows", "fetchrow_raw_output"]
+__all__ = ["raw_rows", "fetchrow_raw_output", "fetchval_version"]
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:
@@ -212,3 +225,44 @@ async def _resent_cut(
         if is_cut_from(text, raw) or is_compacted_from(text, raw, pin(tool_call_id, pos)):
             return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
     return whole
+
+
+FETCH_VERSION = """
+SELECT concat_ws('|',
+    (SELECT string_agg(id::text || ':' || xmin::text, ',' ORDER BY id) FROM messages
+     WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
+           OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))),
+    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text, ','
+                       ORDER BY tool_call_id) FROM tool_raw_outputs
+     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
+    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text, ','
+                       ORDER BY tool_call_id, created_at, replaced_at)
+     FROM tool_raw_output_versions
+     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
+    (SELECT count(*)::text || ':' || coalesce(max(id), 0)::text FROM events
+     WHERE tenant = $1 AND session_id = $2 AND name = 'context.truncated'
+       AND data ->> 'tool_call_id' = ANY($3::text[])
+       AND EXISTS (
+           SELECT 1 FROM (
+               SELECT DISTINCT ON (tool_call_id) superseded_at FROM messages
+               WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])
+               ORDER BY tool_call_id, id DESC
+           ) AS newest
+           WHERE newest.superseded_at IS NOT NULL)))
+"""
+
+
+async def fetchval_version(
+    conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
+) -> str:
+    """The version of the rows ``fetchrow_raw_output`` reads for ``tool_call_id`` (a bare id
+    or a pinned handle, whose id part and its bare form both count): a short text, equal
+    for two reads exactly when none of those rows was written, changed or deleted between
+    them (module docstring). It sits beside the read: a row the read comes to depend on
+    belongs in it too."""
+    ids = [encode(tool_call_id)]
+    pinned = unpin(tool_call_id)
+    if pinned is not None:
+        ids.append(encode(pinned[0]))
+    pos = pinned[1] if pinned is not None else None
+    return str(await conn.fetchval(FETCH_VERSION, tenant, session_id, ids, pos))

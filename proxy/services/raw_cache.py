@@ -1,0 +1,111 @@
+"""The stored copy of a tool result as ``read_tool_output`` and the tool-outputs API page it:
+read and redacted once per version, then paged from memory.
+
+A model pages a large output in many calls, each of one page. Each page's offsets count
+the text redacted whole (a page cannot be redacted alone), so reading the copy anew for a
+page (``raw_outputs.fetchrow_raw_output``: the whole text from the database, decoded on the
+event loop) and redacting all of it would cost the whole copy per page. The text read and
+redacted is kept instead, under its version (``raw_outputs.fetchval_version``: the keys and
+row versions of every row the read depends on), and a later read whose version is the same
+pages that text after one small query. The text kept is the very text a fresh read gives,
+so every page is unchanged.
+
+The memory is bounded (``BUDGET_BYTES`` of text over all entries, least recently used first
+out); a text past the budget alone is not kept. An entry is per tenant, session, id and
+patterns (the tool-outputs API's unredacted read is its own entry), and each process keeps
+its own: the version, read each time, is what makes an entry good, wherever it was written.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.cascade.redaction import redact
+from proxy.services.page_threads import make_page
+from proxy.store import raw_outputs
+
+__all__ = ["BUDGET_BYTES", "Output", "clear", "read_output"]
+
+BUDGET_BYTES = 64 * 2**20
+"""The most memory the kept texts take together (``sys.getsizeof``: 1 to 4 bytes a
+character, as the widest character of each text needs)."""
+
+_MAX_ENTRIES = 512
+
+Key = tuple[str, str, str, tuple[tuple[str, int], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A stored tool result as read: its text (redacted with the read's patterns), the
+    bytes of the result the client sent, and whether the copy was capped."""
+
+    content: str
+    original_bytes: int
+    capped: bool
+
+
+_KEPT: OrderedDict[Key, tuple[str, Output]] = OrderedDict()
+_used = [0]  # bytes the kept texts take
+
+
+def clear() -> None:
+    """Forget every kept text (tests, and a reload that changes nothing else here)."""
+    _KEPT.clear()
+    _used[0] = 0
+
+
+async def read_output(
+    conn: Any,
+    *,
+    tenant: str,
+    session_id: str,
+    tool_call_id: str,
+    patterns: Sequence[re.Pattern[str]] = (),
+) -> Output | None:
+    """The id's newest result (or a pinned handle's: ``fetchrow_raw_output``) redacted with
+    ``patterns``; None when not found. The version is read before the text, so a text
+    written between the two is kept under the older version and read anew next time."""
+    key: Key = (tenant, session_id, tool_call_id, tuple((p.pattern, p.flags) for p in patterns))
+    version = await raw_outputs.fetchval_version(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    )
+    kept = _KEPT.get(key)
+    if kept is not None and kept[0] == version:
+        _KEPT.move_to_end(key)
+        return kept[1]
+    row = await raw_outputs.fetchrow_raw_output(
+        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+    )
+    if row is None:
+        _drop(key)  # its rows are gone (a deleted session): its text is not kept either
+        return None
+    text = str(row["content"])
+    if patterns:
+        # on a page thread: redacting up to rawCapBytes of text on the event loop would hold
+        # every other request until it is done (``page_threads``)
+        text = await make_page(lambda t: redact(t, patterns)[0], text)
+    out = Output(text, int(row["original_bytes"]), bool(row["capped"]))
+    _keep(key, version, out)
+    return out
+
+
+def _keep(key: Key, version: str, out: Output) -> None:
+    _drop(key)
+    if sys.getsizeof(out.content) > BUDGET_BYTES:
+        return
+    _KEPT[key] = (version, out)
+    _used[0] += sys.getsizeof(out.content)
+    while _used[0] > BUDGET_BYTES or len(_KEPT) > _MAX_ENTRIES:
+        _drop(next(iter(_KEPT)))
+
+
+def _drop(key: Key) -> None:
+    old = _KEPT.pop(key, None)
+    if old is not None:
+        _used[0] -= sys.getsizeof(old[1].content)
