@@ -340,6 +340,33 @@ def test_an_unknown_argument_shows_the_usage_of_the_command_it_was_given_to(
 
 
 @pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["--json", "sessions", "ls"], "cascade-proxy sessions --json ls"),
+        (["--url=http://h:1", "memory", "ls"], "cascade-proxy memory --url=http://h:1 ls"),
+    ],
+)
+def test_a_commands_option_given_before_the_command_says_where_it_goes(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cascade-proxy --json sessions ls``: the error is the command's, whose usage lists
+    ``--json``; without the hint it read as a contradiction."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"goes after the command's name: {hint}" in err, err
+
+
+def test_an_option_no_command_takes_before_the_command_gets_no_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["--bogus", "sessions", "ls"])
+    assert "goes after" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("action", "sid", "why"),
     [
         ("accept", "", "an empty suggestion id"),
