@@ -155,6 +155,15 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
     assert checked >= 14  # config check, sessions' seven actions, memory's six
 
 
+def test_the_commands_readme_says_end_their_help_with_exit_statuses_are_those_that_do() -> None:
+    """``migrate --help`` ends with its statuses too, which README's sentence left out."""
+    section = " ".join(TEXT.split("\n### CLI\n")[1].split("\n- ")[0].split())
+    sentence = section.split("and for ")[1].split("; `cascade-proxy --version`")[0]
+    _, commands = _flags(_parser())
+    ending = {n for n, c in commands.items() if "exit status: " in (c.epilog or "")}
+    assert set(re.findall(r"`([a-z]+)`", sentence)) == ending
+
+
 def test_every_config_key_readme_names_by_its_path_is_one() -> None:
     """``toolOutput.compactMinSaving``, ``context.eviction.atFraction``,
     ``agents.<name>.fastModel``, ``auth.metricsKeyEnv``: a key renamed in the schema and not in
