@@ -26,6 +26,7 @@ from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
 from proxy.cascade.pressure import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS
+from proxy.cascade.summary import MIN_SPAN_RATIO
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.cli_api import CONNECT_SECONDS, WAIT_SECONDS
 from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
@@ -161,6 +162,7 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         " claim nothing",
         f"texts of {CACHE_MIN_CHARS} characters or more, {CACHE_MAX_CHARS // 10**6}M characters",
         f"the stop cuts either after {UNREAD_SECONDS:g} s of its client reading nothing",
+        f"span under {MIN_SPAN_RATIO:g} times the characters of the messages kept after it",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:
