@@ -278,6 +278,8 @@ def test_config_check_judges_the_environment_as_serve_does(
         ("SSL_CERT_FILE", str(tmp_path / "none.pem"), "SSL_CERT_FILE"),
         ("HTTPS_PROXY", "socks4://proxy.internal:1080", "the egress proxy socks4://"),
         ("CASCADE_HOST", "0.0.0.0", "refusing to listen on 0.0.0.0 without proxy keys"),
+        # config check takes no --allow-unauthenticated: the line names serve's flag as serve's
+        ("CASCADE_HOST", "0.0.0.0", "serve --allow-unauthenticated or CASCADE_ALLOW_UNAUTH"),
     ]:
         with monkeypatch.context() as m:
             m.setenv(env, value)
