@@ -50,6 +50,7 @@ def open_listen_warning(host: str, cfg: Config, *, allow_unauthenticated: bool) 
     if is_loopback(host) or not allow_unauthenticated or cfg.auth.keys:
         return None
     return (
-        f"listening on {host} with no proxy keys (--allow-unauthenticated): anyone who can"
-        " reach it can use the providers and read each other's sessions; configure auth.keys"
+        f"listening on {host} with no proxy keys (allowed by --allow-unauthenticated or "
+        "CASCADE_ALLOW_UNAUTHENTICATED=1): anyone who can reach it can use the providers and "
+        "read each other's sessions; configure auth.keys"
     )
