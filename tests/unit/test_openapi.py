@@ -274,3 +274,28 @@ def test_the_api_pages_load_what_readme_says_they_load_from_a_cdn(
     assert re.findall(r'(?:src|href)="https://([^/"]+)/[^"]*\.js"', html) == ["cdn.jsdelivr.net"]
     readme = " ".join((_ROOT / "README.md").read_text(encoding="utf-8").split())
     assert "whose scripts and styles come from the jsDelivr CDN" in readme
+
+
+@pytest.mark.parametrize(
+    ("named", "path"),
+    [
+        ("`GET /v1/sessions` (", "/v1/sessions"),
+        ("`GET /v1/sessions/{id}/messages` (", "/v1/sessions/{session_id}/messages"),
+        ("`GET /v1/memory?scope=", "/v1/memory"),
+        ("`GET /v1/memory/suggestions` lists", "/v1/memory/suggestions"),
+    ],
+)
+def test_the_page_size_readme_gives_a_list_is_the_routes(
+    tmp_path: Path, named: str, path: str
+) -> None:
+    """README's ``?limit=`` up to N, default M after each list it names is the route's."""
+    doc = _app(tmp_path).openapi()
+    (limit,) = [p for p in doc["paths"][path]["get"]["parameters"] if p["name"] == "limit"]
+    readme = " ".join((_ROOT / "README.md").read_text(encoding="utf-8").split())
+    after = readme.split(named, 1)[1]
+    stated = re.search(r"`\?limit=` up to (\d+), default (\d+)", after)
+    assert stated is not None and after.index(stated[0]) < 300, named
+    assert (int(stated[1]), int(stated[2])) == (
+        limit["schema"]["maximum"],
+        limit["schema"]["default"],
+    )
