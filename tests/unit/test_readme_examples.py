@@ -182,3 +182,11 @@ def test_every_config_key_readme_names_by_its_path_is_one() -> None:
     named = re.findall(rf"`({pattern})\.(\w+)", TEXT)
     assert len(named) > 30 and {m for m, _ in named} >= {"toolOutput", "agents.<name>", "auth"}
     assert [f"{m}.{k}" for m, k in named if _snake(k) not in models[m].model_fields] == []
+
+
+def test_every_make_target_the_docs_name_is_one_of_the_makefile() -> None:
+    root = Path(__file__).resolve().parents[2]
+    targets = set(re.findall(r"^([a-z-]+):", (root / "Makefile").read_text(), re.M))
+    docs = [TEXT, *(p.read_text(encoding="utf-8") for p in (root / "docs").glob("*.md"))]
+    named = {t for text in docs for t in re.findall(r"`make ([a-z-]+)", text)}
+    assert {"run", "test", "bench"} <= named and named - targets == set()
