@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -36,12 +37,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = _parser()
         args, extra = parser.parse_known_args(argv)
         if extra:  # said by the command's parser, with its usage, not by the top one's
-            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+            command = _command_parser(parser, args)
+            hint = _misplaced(command, argv, args)
+            command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         from proxy.cli_run import run  # the heavy imports, under this guard
 
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C, while starting or running: asked for, no crash
         return INTERRUPTED
+
+
+def _misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
+    """The hint for a command's option given before the command's name (``cascade-proxy
+    --json sessions ls``), which the top parser does not take: the error is the command's,
+    whose usage lists the option, so it says where the option goes; else nothing."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    at = given.index(args.command) if args.command in given else 0
+    known = command._option_string_actions
+    if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+        return ""
+    moved = [args.command, *given[:at], *given[at + 1 :]]
+    return f" (an option of {args.command} goes after the command's name: cascade-proxy " + (
+        f"{shlex.join(moved)})"
+    )
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:

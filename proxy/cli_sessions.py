@@ -71,6 +71,11 @@ def _ls(body: dict[str, Any], what: str = "sessions") -> str:
     return table(("ID", "AGENT", "MODEL", "MESSAGES", "OCCUPANCY", "RECLAIMED", "UPDATED"), rows)
 
 
+def _parts(by_part: Any) -> str | None:
+    """A view's split (``usage`` by part, ``reclaimed`` by stage) on one line."""
+    return ", ".join(f"{k} {v}" for k, v in by_part.items()) if isinstance(by_part, dict) else None
+
+
 def _show(body: dict[str, Any]) -> str:
     keys = (
         "id",
@@ -84,15 +89,13 @@ def _show(body: dict[str, Any]) -> str:
         "occupancy",
         "context_limit",
         "fraction",
+        "calibration",
         "reclaimed_tokens",
-    )
-    by_stage = body.get("reclaimed")
-    shown = (
-        ", ".join(f"{k} {v}" for k, v in by_stage.items()) if isinstance(by_stage, dict) else None
     )
     if not isinstance(body["id"], str):  # another service's JSON: call_api says so
         raise TypeError("no session id")
-    out = _pairs([*((k, body.get(k)) for k in keys), ("reclaimed", shown)])
+    split = [(k, _parts(body.get(k))) for k in ("usage", "reclaimed")]
+    out = _pairs([*((k, body.get(k)) for k in keys), *split])
     summary = body.get("summary")
     if summary:
         out += (

@@ -37,7 +37,8 @@ def listen_policy(host: str, cfg: Config, *, allow_unauthenticated: bool) -> boo
         raise InsecureListen(
             f"refusing to listen on {host} without proxy keys: anyone who can reach it could "
             "spend the provider keys and read sessions. Configure auth.keys, listen on "
-            "127.0.0.1, or pass --allow-unauthenticated (CASCADE_ALLOW_UNAUTHENTICATED=1)"
+            "127.0.0.1, or allow it: serve --allow-unauthenticated or "
+            "CASCADE_ALLOW_UNAUTHENTICATED=1"
         )
     return True
 
@@ -49,6 +50,7 @@ def open_listen_warning(host: str, cfg: Config, *, allow_unauthenticated: bool) 
     if is_loopback(host) or not allow_unauthenticated or cfg.auth.keys:
         return None
     return (
-        f"listening on {host} with no proxy keys (--allow-unauthenticated): anyone who can"
-        " reach it can use the providers and read each other's sessions; configure auth.keys"
+        f"listening on {host} with no proxy keys (allowed by --allow-unauthenticated or "
+        "CASCADE_ALLOW_UNAUTHENTICATED=1): anyone who can reach it can use the providers and "
+        "read each other's sessions; configure auth.keys"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,20 +15,56 @@ import asyncpg
 from proxy.cascade.pipeline import drop_commands
 from proxy.cascade.redaction import redact
 from proxy.cascade.redaction_calls import redact_written
-from proxy.cascade.summary import fold_summary, plan_compaction
+from proxy.cascade.summary import MIN_SPAN_RATIO, fold_summary, plan_compaction
 from proxy.cascade.types import CompactionPlan, Message, TokenCounter
 from proxy.services.compaction_job import CompactionJob
 from proxy.services.interrupted import Closer
 from proxy.store import messages as msgs, sessions, steps, summaries
 from proxy.store.db import Connection
 
-__all__ = ["CLAIM_PASSED", "CompactionResult", "Span", "as_text", "ms_since", "read_span"]
+__all__ = [
+    "CLAIM_PASSED",
+    "NOTHING_TO_FOLD",
+    "SPAN_TOO_SMALL",
+    "CompactionResult",
+    "Span",
+    "as_text",
+    "ms_since",
+    "read_span",
+    "unfolded",
+]
 
 log = logging.getLogger("cascade.compaction")
 
 _MEASURED = frozenset({"soft", "hard", "overflow"})
 """Triggers of a compaction the pressure started, measured on a window with its summary
 (``CompactionJob.summary_version``); a forced one has no measure to be stale."""
+
+
+NOTHING_TO_FOLD = "nothing to fold"
+SPAN_TOO_SMALL = (
+    f"the span to fold is under {MIN_SPAN_RATIO:g} times the characters of the messages kept"
+    " after it: too small to repay the cache miss a new summary costs"
+)
+
+
+def unfolded(
+    messages: Sequence[Message], *, keep_recent: int, observation_prefixes: Sequence[str]
+) -> str:
+    """Why ``plan_compaction`` folds nothing of ``messages`` (the window after the boundary):
+    a span too small to repay a summary is there all the same, and a forced compaction's
+    caller reads that apart from a window with none."""
+    whole = plan_compaction(
+        messages,
+        offset=0,
+        boundary=0,
+        keep_recent=keep_recent,
+        previous=None,
+        system_count=0,
+        min_span_ratio=0,
+        observation_prefixes=observation_prefixes,
+    )
+    return NOTHING_TO_FOLD if whole is None else SPAN_TOO_SMALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +201,12 @@ async def read_span(
         )
     )
     if plan is None:
-        return CompactionResult(None, boundary, 0, before, before, "nothing to fold")
+        why = unfolded(
+            [r["message"] for r in tail],
+            keep_recent=job.cfg.keep_recent,
+            observation_prefixes=job.observation_prefixes,
+        )
+        return CompactionResult(None, boundary, 0, before, before, why)
     # /compact exchanges were answered by the proxy: the fast model never sees them.
     plan = replace(plan, span=drop_commands(plan.span))
     if job.redaction:  # what the model wrote was stored as it came: redacted here

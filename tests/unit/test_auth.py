@@ -120,7 +120,9 @@ def test_a_non_loopback_address_needs_keys_or_an_explicit_override(
     assert "no proxy keys" not in caplog.text
     with_keys = load_config(keyed, {})
     warning = open_listen_warning("0.0.0.0", cfg, allow_unauthenticated=True)
-    assert warning is not None and "with no proxy keys (--allow-unauthenticated)" in warning
+    # the variable too: a container (.env.example) allows it by CASCADE_ALLOW_UNAUTHENTICATED
+    allowed = "(allowed by --allow-unauthenticated or CASCADE_ALLOW_UNAUTHENTICATED=1)"
+    assert warning is not None and f"with no proxy keys {allowed}" in warning
     assert open_listen_warning("127.0.0.1", cfg, allow_unauthenticated=True) is None
     assert open_listen_warning("0.0.0.0", with_keys, allow_unauthenticated=True) is None
 

@@ -278,6 +278,8 @@ def test_config_check_judges_the_environment_as_serve_does(
         ("SSL_CERT_FILE", str(tmp_path / "none.pem"), "SSL_CERT_FILE"),
         ("HTTPS_PROXY", "socks4://proxy.internal:1080", "the egress proxy socks4://"),
         ("CASCADE_HOST", "0.0.0.0", "refusing to listen on 0.0.0.0 without proxy keys"),
+        # config check takes no --allow-unauthenticated: the line names serve's flag as serve's
+        ("CASCADE_HOST", "0.0.0.0", "serve --allow-unauthenticated or CASCADE_ALLOW_UNAUTH"),
     ]:
         with monkeypatch.context() as m:
             m.setenv(env, value)
@@ -337,6 +339,33 @@ def test_an_unknown_argument_shows_the_usage_of_the_command_it_was_given_to(
     err = capsys.readouterr().err
     assert err.startswith(usage), err
     assert "error: unrecognized arguments: " in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["--json", "sessions", "ls"], "cascade-proxy sessions --json ls"),
+        (["--url=http://h:1", "memory", "ls"], "cascade-proxy memory --url=http://h:1 ls"),
+    ],
+)
+def test_a_commands_option_given_before_the_command_says_where_it_goes(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cascade-proxy --json sessions ls``: the error is the command's, whose usage lists
+    ``--json``; without the hint it read as a contradiction."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"goes after the command's name: {hint}" in err, err
+
+
+def test_an_option_no_command_takes_before_the_command_gets_no_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["--bogus", "sessions", "ls"])
+    assert "goes after" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
+from proxy.api.reconnect import FIRST_MS, SPREAD_MS
+from proxy.bus import MAX_QUEUED
 from proxy.cascade import types
 from tests.unit import design
 
@@ -55,3 +60,17 @@ def test_the_events_held_as_designs_are_the_ones_it_names() -> None:
     transient = transient.split(". ")[0]
     assert _design_names(named) == design.EVENTS
     assert _design_names(transient) == design.TRANSIENT_EVENTS
+
+
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        f"falls {MAX_QUEUED} events behind, or a frame waits {SEND_TIMEOUT_SECONDS:g} s to go out",
+        f"between {FIRST_MS} and {FIRST_MS + SPREAD_MS} ms",
+        f"from their catch-up read every {CATCH_UP_SECONDS:g} s",
+        f"from {SETTLE_SECONDS:g} s after the stream opened",
+    ],
+)
+def test_a_bound_the_stream_section_states_is_the_constant(phrase: str) -> None:
+    """A dashboard's author sizes a client's buffer and its reconnect by these figures."""
+    assert phrase in " ".join(DOC.read_text().split())

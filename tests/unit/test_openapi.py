@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.routing import iter_route_contexts
+from fastapi.testclient import TestClient
 from openapi_spec_validator import validate
 
 from proxy.app import create_app
@@ -261,3 +263,39 @@ def test_the_embeddings_routes_document_the_400_and_413_they_answer(tmp_path: Pa
         assert "CASCADE_MAX_BODY_VALUES" in responses["413"]["description"], path
         assert "no JSON object" in responses["400"]["description"], path
     validate(doc)
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_api_pages_load_what_readme_says_they_load_from_a_cdn(
+    tmp_path: Path, page: str
+) -> None:
+    """README tells a user offline why ``/docs`` shows blank: its scripts are jsDelivr's."""
+    html = TestClient(_app(tmp_path)).get(page).text
+    assert re.findall(r'(?:src|href)="https://([^/"]+)/[^"]*\.js"', html) == ["cdn.jsdelivr.net"]
+    readme = " ".join((_ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "whose scripts and styles come from the jsDelivr CDN" in readme
+
+
+@pytest.mark.parametrize(
+    ("named", "path"),
+    [
+        ("`GET /v1/sessions` (", "/v1/sessions"),
+        ("`GET /v1/sessions/{id}/messages` (", "/v1/sessions/{session_id}/messages"),
+        ("`GET /v1/memory?scope=", "/v1/memory"),
+        ("`GET /v1/memory/suggestions` lists", "/v1/memory/suggestions"),
+    ],
+)
+def test_the_page_size_readme_gives_a_list_is_the_routes(
+    tmp_path: Path, named: str, path: str
+) -> None:
+    """README's ``?limit=`` up to N, default M after each list it names is the route's."""
+    doc = _app(tmp_path).openapi()
+    (limit,) = [p for p in doc["paths"][path]["get"]["parameters"] if p["name"] == "limit"]
+    readme = " ".join((_ROOT / "README.md").read_text(encoding="utf-8").split())
+    after = readme.split(named, 1)[1]
+    stated = re.search(r"`\?limit=` up to (\d+), default (\d+)", after)
+    assert stated is not None and after.index(stated[0]) < 300, named
+    assert (int(stated[1]), int(stated[2])) == (
+        limit["schema"]["maximum"],
+        limit["schema"]["default"],
+    )

@@ -155,6 +155,15 @@ def test_the_cli_readme_lists_is_every_command_with_its_flags() -> None:
     assert checked >= 14  # config check, sessions' seven actions, memory's six
 
 
+def test_the_commands_readme_says_end_their_help_with_exit_statuses_are_those_that_do() -> None:
+    """``migrate --help`` ends with its statuses too, which README's sentence left out."""
+    section = " ".join(TEXT.split("\n### CLI\n")[1].split("\n- ")[0].split())
+    sentence = section.split("and for ")[1].split("; `cascade-proxy --version`")[0]
+    _, commands = _flags(_parser())
+    ending = {n for n, c in commands.items() if "exit status: " in (c.epilog or "")}
+    assert set(re.findall(r"`([a-z]+)`", sentence)) == ending
+
+
 def test_every_config_key_readme_names_by_its_path_is_one() -> None:
     """``toolOutput.compactMinSaving``, ``context.eviction.atFraction``,
     ``agents.<name>.fastModel``, ``auth.metricsKeyEnv``: a key renamed in the schema and not in
@@ -173,3 +182,11 @@ def test_every_config_key_readme_names_by_its_path_is_one() -> None:
     named = re.findall(rf"`({pattern})\.(\w+)", TEXT)
     assert len(named) > 30 and {m for m, _ in named} >= {"toolOutput", "agents.<name>", "auth"}
     assert [f"{m}.{k}" for m, k in named if _snake(k) not in models[m].model_fields] == []
+
+
+def test_every_make_target_the_docs_name_is_one_of_the_makefile() -> None:
+    root = Path(__file__).resolve().parents[2]
+    targets = set(re.findall(r"^([a-z-]+):", (root / "Makefile").read_text(), re.M))
+    docs = [TEXT, *(p.read_text(encoding="utf-8") for p in (root / "docs").glob("*.md"))]
+    named = {t for text in docs for t in re.findall(r"`make ([a-z-]+)", text)}
+    assert {"run", "test", "bench"} <= named and named - targets == set()

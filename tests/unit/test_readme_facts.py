@@ -27,12 +27,14 @@ from proxy.cascade.overflow import GUARD_MARGIN, TRIM_TARGET
 from proxy.cascade.pipeline import EARLIER_RESULTS
 from proxy.cascade.pointers import MAX_OCCURRENCES
 from proxy.cascade.pressure import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS
+from proxy.cascade.summary import MIN_SPAN_RATIO
 from proxy.cascade.truncation import HEAD_SHARE
 from proxy.cli_api import CONNECT_SECONDS, WAIT_SECONDS
 from proxy.config import AgentConfig, EmbeddingConfig, ModelConfig, ProviderConfig
 from proxy.config_context import ContextConfig, SummarizeConfig
 from proxy.config_watch import RECHECK_SECONDS
 from proxy.metrics import Metrics
+from proxy.middleware import PATH_SHOWN
 from proxy.provider_errors import POOL_WAIT_SECONDS
 from proxy.server import UNREAD_SECONDS
 from proxy.services.chaincache import ChainCache
@@ -42,6 +44,7 @@ from proxy.services.incoming import GUESS_NEW_SESSION_MAX
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
 from proxy.services.retrieval import RACE_SLACK, RESCAN_WINDOWS
+from proxy.session_id import SESSION_ID_RE
 from proxy.settings import Settings
 from proxy.store.embeddings import CLAIM_WINDOW
 from proxy.store.leases import POLL_MAX_SECONDS
@@ -90,6 +93,10 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         if f"`{variable}`" not in rows:
             missing.append(variable)
     assert missing == []
+
+
+_ID_CHARS = SESSION_ID_RE.pattern.removeprefix(r"(?!\.\.?\Z)")
+"""The characters and length of a session id, without the lookahead refusing ``.`` and ``..``."""
 
 
 @pytest.mark.parametrize(
@@ -162,6 +169,9 @@ def test_every_setting_is_a_row_of_the_environment_table() -> None:
         " claim nothing",
         f"texts of {CACHE_MIN_CHARS} characters or more, {CACHE_MAX_CHARS // 10**6}M characters",
         f"the stop cuts either after {UNREAD_SECONDS:g} s of its client reading nothing",
+        f"span under {MIN_SPAN_RATIO:g} times the characters of the messages kept after it",
+        f"one over {PATH_SHOWN} characters cut there",
+        f"Ids must match `{_ID_CHARS}`",
     ],
 )
 def test_a_bound_readme_states_is_the_constant(phrase: str) -> None:

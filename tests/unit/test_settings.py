@@ -84,7 +84,15 @@ def test_an_unknown_cascade_variable_is_named_with_the_setting_it_is_closest_to(
 def test_no_variable_the_project_documents_is_taken_for_a_typo() -> None:
     documented: set[str] = set()
     referenced: set[str] = set()
-    for name in ("README.md", ".env.example", "docker-compose.yml", "Makefile", "Dockerfile"):
+    docs = [str(p.relative_to(REPO)) for p in sorted((REPO / "docs").glob("*.md"))]
+    for name in (
+        "README.md",
+        ".env.example",
+        "docker-compose.yml",
+        "Makefile",
+        "Dockerfile",
+        *docs,
+    ):
         text = (REPO / name).read_text()
         # every name but the README's example of a typo
         documented |= set(re.findall(r"\bCASCADE_[A-Z0-9_]*[A-Z0-9]\b(?! \(did you)", text))

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from tests.integration.api.conftest import Records, StartProxy
 
-WARNING = "with no proxy keys (--allow-unauthenticated)"
+WARNING = (
+    "with no proxy keys (allowed by --allow-unauthenticated or CASCADE_ALLOW_UNAUTHENTICATED=1)"
+)
 
 
 def test_the_warning_follows_the_banner(
