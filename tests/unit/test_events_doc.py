@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS, SETTLE_SECONDS
+from proxy.api.event_cursor import SETTLE_SECONDS
+from proxy.api.events import CATCH_UP_SECONDS, SEND_TIMEOUT_SECONDS
 from proxy.api.reconnect import FIRST_MS, SPREAD_MS
 from proxy.bus import MAX_QUEUED
 from proxy.cascade import types
