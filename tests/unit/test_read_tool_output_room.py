@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.services import toolloop
+from proxy.services import raw_cache, toolloop
 from proxy.store import raw_outputs
 
 TEXT = "line of output\n" * 400 + "token=sk-abcdefghijklmnopqrstuvwx\n" + "tail\n" * 50
@@ -20,7 +20,8 @@ TEXT = "line of output\n" * 400 + "token=sk-abcdefghijklmnopqrstuvwx\n" + "tail\
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     seen = {"fetch": 0, "redact": 0}
-    real_redact = toolloop.redact
+    real_redact = raw_cache.redact
+    raw_cache.clear()
 
     async def fetchrow_raw_output(conn: Any, **key: Any) -> dict[str, Any] | None:
         seen["fetch"] += 1
@@ -30,8 +31,12 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         seen["redact"] += 1
         return real_redact(text, patterns)
 
+    async def fetchval_version(conn: Any, **key: Any) -> str:
+        return "v1"
+
     monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
-    monkeypatch.setattr(toolloop, "redact", redact)
+    monkeypatch.setattr(raw_outputs, "fetchval_version", fetchval_version)
+    monkeypatch.setattr(raw_cache, "redact", redact)
     return seen
 
 
@@ -99,4 +104,4 @@ async def test_a_secret_across_a_page_edge_shows_on_neither_page(
         shown += body
         next_at = re.search(r'"offset": (\d+)', page.rsplit("\n", 1)[-1])
         offset = int(next_at[1]) if next_at and "[... more" in page else None
-    assert shown == toolloop.redact(TEXT, (re.compile(r"sk-[a-z]{24}"),))[0]
+    assert shown == raw_cache.redact(TEXT, (re.compile(r"sk-[a-z]{24}"),))[0]
