@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import uuid
 from typing import Any
 
 import pytest
 
 from proxy.services import toolloop
 from proxy.services.page_threads import make_page
+from proxy.store import raw_outputs
 
 
 async def test_a_burst_of_pages_leaves_the_default_executor_free(
@@ -26,10 +28,15 @@ async def test_a_burst_of_pages_leaves_the_default_executor_free(
         return "page", None
 
     async def stored(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {"content": "x"}
+        return {"content": "x", "original_bytes": 1, "capped": False}
 
     monkeypatch.setattr(toolloop, "raw_output_page", blocked)
-    monkeypatch.setattr(toolloop.raw_outputs, "fetchrow_raw_output", stored)
+
+    async def version(*args: Any, **kwargs: Any) -> str:
+        return str(uuid.uuid4())  # never a kept text's: each read is the stub's
+
+    monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", stored)
+    monkeypatch.setattr(raw_outputs, "fetchval_version", version)
     pages = [
         asyncio.create_task(
             toolloop.read_page(

@@ -69,7 +69,7 @@ _JOB = SimpleNamespace(
         (_completion(json.dumps({"fact": SECRET})), "the answer has no 'facts' list"),
         (_completion(""), "the answer is empty"),
         (f"<html>{SECRET}</html>", "the reply is not a chat completion (JSONDecodeError)"),
-        (json.dumps({"error": SECRET}), "the reply is not a chat completion (KeyError)"),
+        (json.dumps({"error": SECRET}), "the reply is not a chat completion (ValueError)"),
     ],
 )
 async def test_the_log_line_says_why_without_the_answer(

@@ -10,6 +10,7 @@ answer the refusal the key's next request gets, whatever the id."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -36,7 +37,11 @@ def agent_now(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def fetchval_agent(conn: Any, **key: Any) -> str | None:
         return now[0]
 
+    async def fetchval_version(conn: Any, **key: Any) -> str:
+        return str(uuid.uuid4())  # never a kept text's: each read is the stub's
+
     monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
+    monkeypatch.setattr(raw_outputs, "fetchval_version", fetchval_version)
     monkeypatch.setattr(sessions, "fetchval_agent", fetchval_agent)
     return now
 
