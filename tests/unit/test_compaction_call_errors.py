@@ -59,8 +59,14 @@ async def test_an_error_of_the_call_itself_is_named_by_its_cause() -> None:
 
 
 async def test_a_reply_that_is_no_chat_completion_is_an_unusable_summary() -> None:
-    reason = await _reason(_Upstream(json.dumps({"error": "nope"})))
+    reason = await _reason(_Upstream(json.dumps({"object": "list", "data": []})))
     assert reason.startswith("unusable summary (KeyError")
+
+
+async def test_a_bare_string_error_in_a_200_answer_is_quoted_as_an_error() -> None:
+    reason = await _reason(_Upstream(json.dumps({"error": "nope"})))
+    assert reason.startswith("unusable summary (ValueError: an error answered with status 200")
+    assert "nope" in reason
 
 
 async def test_an_error_object_in_a_200_answer_is_quoted() -> None:
