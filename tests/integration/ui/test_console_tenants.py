@@ -53,6 +53,18 @@ def _sign_in(console: Page, key: str) -> Any:
     return page
 
 
+def _shared_run(proxy: ProxyServer) -> None:
+    """``shared-run``, a session of the console key's tenant, and OTHER's under the same id."""
+    started(proxy, "shared-run")
+    with httpx.Client(base_url=proxy.origin, timeout=10) as http:
+        made = http.post(
+            "/s/shared-run/v1/chat/completions",
+            headers={"authorization": f"Bearer {OTHER}"},
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert made.status_code == 200, made.text
+
+
 def test_another_keys_sign_in_shows_none_of_the_last_keys_sessions(
     console: Page, console_proxy: ProxyServer
 ) -> None:
@@ -109,14 +121,7 @@ def test_another_keys_session_under_the_same_id_shows_none_of_the_last_keys_draf
     """A draft typed and left unsent in the last key's session ``shared-run`` is the last
     key's: the next key's session under the same id, another tenant's, opens with an empty
     composer."""
-    started(console_proxy, "shared-run")
-    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
-        made = http.post(
-            "/s/shared-run/v1/chat/completions",
-            headers={"authorization": f"Bearer {OTHER}"},
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        )
-        assert made.status_code == 200, made.text
+    _shared_run(console_proxy)
     page = console.page
     page.goto(f"{console.origin}/ui#/s/shared-run")
     _sign_in(console, KEY)
@@ -168,14 +173,7 @@ def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
     the next key's message in its own session under that id goes at once. It waited for the
     last key's turn, queued under the same session id, and then for its last event, which
     the next key's stream, another tenant's session, never brings."""
-    started(console_proxy, "shared-run")
-    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
-        made = http.post(
-            "/s/shared-run/v1/chat/completions",
-            headers={"authorization": f"Bearer {OTHER}"},
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        )
-        assert made.status_code == 200, made.text
+    _shared_run(console_proxy)
     pacer = Pacer()
     fake_upstream.script(
         reply("the last key's answer " * 4, chunks=4, pacer=pacer), reply("Theirs.")
