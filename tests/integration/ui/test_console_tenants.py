@@ -25,14 +25,17 @@ pytestmark = pytest.mark.timeout(60)
 
 OTHER = "sk-console-other-tenant-key"
 OTHER_ENV = "CASCADE_KEY_CONSOLE_OTHER"
+SAME = "sk-console-same-tenant-key"
+SAME_ENV = "CASCADE_KEY_CONSOLE_SAME"
 
 
 @pytest.fixture
 def console_config(
     tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
-    """The console test key's tenant, and OTHER's, another."""
+    """The console test key's tenant, SAME's too, and OTHER's, another."""
     monkeypatch.setenv(OTHER_ENV, OTHER)
+    monkeypatch.setenv(SAME_ENV, SAME)
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
@@ -41,6 +44,7 @@ def console_config(
             "keys": [
                 {"keyEnv": KEY_ENV, "tenant": TENANT},
                 {"keyEnv": OTHER_ENV, "tenant": "other-tenant"},
+                {"keyEnv": SAME_ENV, "tenant": TENANT},
             ]
         },
     )
@@ -197,3 +201,35 @@ def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
         done.filter(has_text="Theirs.").wait_for(timeout=3000)
     finally:
         pacer.allow(10)  # the last key's turn ends
+
+
+def test_the_next_keys_message_waits_for_the_last_keys_turn_in_their_tenants_session(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Keys of one tenant share its sessions: a turn the last key sent still streams when
+    SAME signs in, and SAME's message waits for it, so the history it resends holds that
+    turn's reply. Sent at once, without it, the history reads as an edit of the session's,
+    and the reply stored meanwhile is superseded."""
+    started(console_proxy, "shared-run")
+    pacer = Pacer()
+    answer = "the last key's answer " * 4
+    fake_upstream.script(reply(answer, chunks=4, pacer=pacer), reply("Ours."))
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/shared-run")
+    _sign_in(console, KEY)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    _sign_in(console, SAME)
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    page.get_by_test_id("composer-input").fill("two")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(10)  # the last key's turn ends
+    done = page.locator("[data-testid=assistant-message][data-state=done]")
+    done.filter(has_text="Ours.").wait_for()
+    sent = fake_upstream.bodies()[-1]["messages"]
+    assert [m["content"] for m in sent[-3:]] == ["one", answer, "two"]
