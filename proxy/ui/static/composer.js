@@ -106,15 +106,16 @@ export class Composer {
 
   // The turn a message waits for: this key's last, else the last another key sent in this
   // very session, as a key of the same tenant does (keys of one tenant share its sessions):
-  // sent without that turn's reply, the history would read as an edit and supersede it. A
-  // turn sent before the session was made cannot tell which session it made: it is waited
-  // for, which costs another tenant's message at most that turn and LAST_EVENT_WAIT_MS.
+  // sent without that turn's reply, the history would read as an edit and supersede it. One
+  // of a session not known to be another (that turn made it, or this view has not read it
+  // yet) is waited for too, which costs another tenant's message at most that turn and
+  // LAST_EVENT_WAIT_MS.
   earlier() {
     const own = this.turns;
     if (own.length) return own[own.length - 1];
     const made = this.made();
     const theirs = this.others().map(([, list]) => list[list.length - 1])
-      .filter((t) => t.made === null || t.made === made);
+      .filter((t) => t.made === null || made === null || t.made === made);
     return theirs[theirs.length - 1];
   }
 
