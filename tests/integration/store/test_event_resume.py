@@ -32,10 +32,13 @@ async def test_the_resume_starts_at_the_tenants_last_settled_event_up_to_the_cli
     had = await _event(conn, T, settled=False)  # the client's Last-Event-ID
     last = await _event(conn, T, settled=True)  # past the client's id: not a place to start
 
-    def resume(after_id: int) -> Any:
-        return events.fetch_resume(
-            conn, tenant=T, session_id=S, after_id=after_id, settle_seconds=10.0
+    async def resume(after_id: int, session_id: str = S) -> Any:
+        found = await events.fetch_resume(
+            conn, tenant=T, session_id=session_id, after_id=after_id, settle_seconds=10.0
         )
+        return found and found[1:]
 
     assert await resume(had) == (last, floor)
     assert await resume(floor - 1) == (last, 0)  # nothing settled up to it
+    assert await resume(0) == (last, 0)  # a stream opened without an id
+    assert await resume(had, "no-such-session") is None
