@@ -170,6 +170,35 @@ def test_a_message_the_last_key_sent_is_not_sent_with_the_next_key(
     assert page.get_by_test_id("toast").count() == 0
 
 
+ANSWER = "the last key's answer " * 4
+
+
+def _send(page: Any, text: str) -> None:
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()  # the view read
+    page.get_by_test_id("composer-input").fill(text)
+    page.get_by_test_id("composer-send").click()
+
+
+def _turn_then_key_change(console: Page, fake_upstream: FakeUpstream, key: str) -> Pacer:
+    """KEY's turn in ``shared-run`` streams (its pacer, returned, holds the rest back) when
+    ``key`` signs in and sends its own message there, whose answer is the next reply."""
+    pacer = Pacer()
+    fake_upstream.script(
+        reply(ANSWER, chunks=4, pacer=pacer), reply("Ours." if key == SAME else "Theirs.")
+    )
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/shared-run")
+    _sign_in(console, KEY)
+    _send(page, "one")
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    _sign_in(console, key)
+    _send(page, "two")
+    return pacer
+
+
 def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
@@ -178,26 +207,9 @@ def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
     last key's turn, queued under the same session id, and then for its last event, which
     the next key's stream, another tenant's session, never brings."""
     _shared_run(console_proxy)
-    pacer = Pacer()
-    fake_upstream.script(
-        reply("the last key's answer " * 4, chunks=4, pacer=pacer), reply("Theirs.")
-    )
-    page = console.page
-    page.goto(f"{console.origin}/ui#/s/shared-run")
-    _sign_in(console, KEY)
-    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
-    page.get_by_test_id("composer-input").fill("one")
-    page.get_by_test_id("composer-send").click()
-    pacer.allow(1)
-    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
-    page.locator("#forget-key").click()
-    page.get_by_test_id("login-key").wait_for()
-    _sign_in(console, OTHER)
-    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
-    page.get_by_test_id("composer-input").fill("two")
-    page.get_by_test_id("composer-send").click()
+    pacer = _turn_then_key_change(console, fake_upstream, OTHER)
     try:
-        done = page.locator("[data-testid=assistant-message][data-state=done]")
+        done = console.page.locator("[data-testid=assistant-message][data-state=done]")
         done.filter(has_text="Theirs.").wait_for(timeout=3000)
     finally:
         pacer.allow(10)  # the last key's turn ends
@@ -211,25 +223,9 @@ def test_the_next_keys_message_waits_for_the_last_keys_turn_in_their_tenants_ses
     turn's reply. Sent at once, without it, the history reads as an edit of the session's,
     and the reply stored meanwhile is superseded."""
     started(console_proxy, "shared-run")
-    pacer = Pacer()
-    answer = "the last key's answer " * 4
-    fake_upstream.script(reply(answer, chunks=4, pacer=pacer), reply("Ours."))
-    page = console.page
-    page.goto(f"{console.origin}/ui#/s/shared-run")
-    _sign_in(console, KEY)
-    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
-    page.get_by_test_id("composer-input").fill("one")
-    page.get_by_test_id("composer-send").click()
-    pacer.allow(1)
-    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
-    page.locator("#forget-key").click()
-    page.get_by_test_id("login-key").wait_for()
-    _sign_in(console, SAME)
-    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
-    page.get_by_test_id("composer-input").fill("two")
-    page.get_by_test_id("composer-send").click()
+    pacer = _turn_then_key_change(console, fake_upstream, SAME)
     pacer.allow(10)  # the last key's turn ends
-    done = page.locator("[data-testid=assistant-message][data-state=done]")
+    done = console.page.locator("[data-testid=assistant-message][data-state=done]")
     done.filter(has_text="Ours.").wait_for()
     sent = fake_upstream.bodies()[-1]["messages"]
-    assert [m["content"] for m in sent[-3:]] == ["one", answer, "two"]
+    assert [m["content"] for m in sent[-3:]] == ["one", ANSWER, "two"]
