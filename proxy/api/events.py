@@ -254,21 +254,21 @@ async def _live(
 async def session_events(
     session_id: SessionIdDep, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
 ) -> EventSourceResponse:
-    row = await sessions.fetchrow_session(pool, tenant=tenant, session_id=session_id)
-    if row is None:
+    after = _after(request)
+    found = await store.fetch_resume(
+        pool,
+        tenant=tenant,
+        session_id=session_id,
+        after_id=after,
+        settle_seconds=event_cursor.SETTLE_SECONDS,
+    )
+    if found is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
-    session = (tenant, session_id, row["created_at"])
-    after, floor = _after(request), 0
-    if after:  # one past every event of the session comes from elsewhere (a restored
-        # database, whose sequence went back): the stream starts after the session's last
-        last, floor = await store.fetch_resume(
-            pool,
-            tenant=tenant,
-            session_id=session_id,
-            after_id=after,
-            settle_seconds=event_cursor.SETTLE_SECONDS,
-        )
-        after = min(after, last)
+    created_at, last, floor = found
+    session = (tenant, session_id, created_at)
+    # an id past every event of the session comes from elsewhere (a restored database, whose
+    # sequence went back): the stream starts after the session's last
+    after = min(after, last)
     return EventStream(
         _stream(request, pool, bus, session, after, floor),
         sep="\n",

@@ -2,7 +2,7 @@
 listener (``bus.RELISTENED``): every open stream on the replica ends in the same instant,
 and clients that reconnect after the stream's ``retry`` (an ``EventSource``, the console)
 would all come back in that instant too, each reconnect a few statements on the pool (the
-session, its last event id, the replay, the registration). Each stream is told a time of its
+session and where it resumes, the replay, the registration). Each stream is told a time of its
 own, spread over :data:`SPREAD_MS` past :data:`FIRST_MS`.
 
 The times follow the golden ratio's sequence from a random start (``Spread``): any two

@@ -141,21 +141,25 @@ async def fetch_events_after(
 
 
 FETCH_RESUME = """
-SELECT (SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2) AS last,
+SELECT s.created_at,
+       (SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2) AS last,
        (SELECT max(id) FROM events WHERE tenant = $1 AND session_id = $2 AND id <= $3
           AND created_at < now() - make_interval(secs => $4)) AS settled
+FROM sessions s WHERE s.tenant = $1 AND s.id = $2
 """
 
 
 async def fetch_resume(
     conn: Executor, *, tenant: str, session_id: str, after_id: int, settle_seconds: float
-) -> tuple[int, int]:
-    """Where a stream resumed after ``after_id`` starts: the id of the session's last event,
+) -> tuple[datetime, int, int] | None:
+    """Where a stream opened after ``after_id`` starts, in the statement that finds its
+    session (None: no such session): the session's ``created_at``, the id of its last event,
     and of its last event up to ``after_id`` older than ``settle_seconds`` (as ``settled``
     in :func:`fetch_events_after`), 0 for none."""
     row = await conn.fetchrow(FETCH_RESUME, tenant, session_id, after_id, settle_seconds)
-    assert row is not None  # an aggregate's one row
-    return int(row["last"] or 0), int(row["settled"] or 0)
+    if row is None:
+        return None
+    return row["created_at"], int(row["last"] or 0), int(row["settled"] or 0)
 
 
 FETCH_SESSION_EVENTS_AFTER = """

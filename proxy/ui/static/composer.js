@@ -36,12 +36,12 @@ export function forgetDrafts() {
   drafts.clear();
 }
 
-// This page's own turns whose last event has not come yet, by key and session id, oldest
+// This page's own turns whose last event has not come yet, by session id and key, oldest
 // first. They outlive the view that sent them: a view opened again on the session queues its
 // turns after them (its first message waits for theirs, as the next one in the sending view
 // does) and its event stream ends them. The key is part of it: the next key signed in may be
 // another tenant's, whose session under the same id is another, and whose stream never
-// brings the last key's turns' events.
+// brings the last key's turns' events; or the same tenant's, whose session it is (`earlier`).
 const queues = new Map();
 
 // A turn whose key signed out before its request went: the next key signed in may be another
@@ -58,7 +58,7 @@ export class Composer {
     // What marks this view's turns in the session's queue: not the view itself, which a turn
     // left queued (its session not opened again) would keep in memory with all its rows.
     this.mark = {};
-    this.queue = JSON.stringify([storedKey(), view.id]); // its place in `queues`
+    this.key = storedKey(); // whose turns in `queues` are this view's
   }
 
   // The view opens: its session's draft, or nothing.
@@ -77,12 +77,46 @@ export class Composer {
   // answers they tell of: a turn ends at the first last event after those of the turns
   // before it.
   get turns() {
-    return queues.get(this.queue) || [];
+    return (queues.get(this.view.id) || new Map()).get(this.key) || [];
   }
 
   set turns(list) {
-    if (list.length) queues.set(this.queue, list);
-    else queues.delete(this.queue);
+    this.queue(this.key, list);
+  }
+
+  queue(key, list) {
+    const byKey = queues.get(this.view.id) || new Map();
+    if (list.length) byKey.set(key, list);
+    else byKey.delete(key);
+    if (byKey.size) queues.set(this.view.id, byKey);
+    else queues.delete(this.view.id);
+  }
+
+  // The turns other keys sent in the session id, [key, turns] for each key.
+  others() {
+    return [...(queues.get(this.view.id) || new Map())].filter(([key]) => key !== this.key);
+  }
+
+  // When the session this view shows was made (null: none yet). A session made again under
+  // the id, or another tenant's, was made at another moment.
+  made() {
+    const s = this.view.session;
+    return (s && s.created_at) || null;
+  }
+
+  // The turn a message waits for: this key's last, else the last another key sent in this
+  // very session, as a key of the same tenant does (keys of one tenant share its sessions):
+  // sent without that turn's reply, the history would read as an edit and supersede it. One
+  // of a session not known to be another (that turn made it, or this view has not read it
+  // yet) is waited for too, which costs another tenant's message at most that turn and
+  // LAST_EVENT_WAIT_MS.
+  earlier() {
+    const own = this.turns;
+    if (own.length) return own[own.length - 1];
+    const made = this.made();
+    const theirs = this.others().map(([, list]) => list[list.length - 1])
+      .filter((t) => t.made === null || made === null || t.made === made);
+    return theirs[theirs.length - 1];
   }
 
   // A turn of this view is still to end: its reply streams in the answer box, so its deltas
@@ -108,9 +142,12 @@ export class Composer {
   turnEnded(data = {}, replayed = false) {
     const id = data.request_id;
     if (typeof id === "string") {
-      const at = this.turns.findIndex((t) => t.id === id);
-      for (const turn of this.turns.slice(0, at + 1)) turn.end();
-      this.turns = this.turns.slice(at + 1);
+      // another key's turn, when this stream brings its event: the same tenant's session
+      for (const [key, list] of [[this.key, this.turns], ...this.others()]) {
+        const at = list.findIndex((t) => t.id === id);
+        for (const turn of list.slice(0, at + 1)) turn.end();
+        this.queue(key, list.slice(at + 1));
+      }
       return;
     }
     const turn = replayed ? null : this.turns[0];
@@ -173,8 +210,8 @@ export class Composer {
     const key = storedKey();
     this.sending = true;
     this.outgoing = text;
-    const earlier = this.turns[this.turns.length - 1];
-    const turn = { id: turnId(), by: this.mark };
+    const earlier = this.earlier();
+    const turn = { id: turnId(), by: this.mark, made: this.made() };
     turn.ended = new Promise((done) => { turn.end = done; });
     let answered;
     turn.sent = new Promise((done) => { answered = done; });

@@ -25,14 +25,17 @@ pytestmark = pytest.mark.timeout(60)
 
 OTHER = "sk-console-other-tenant-key"
 OTHER_ENV = "CASCADE_KEY_CONSOLE_OTHER"
+SAME = "sk-console-same-tenant-key"
+SAME_ENV = "CASCADE_KEY_CONSOLE_SAME"
 
 
 @pytest.fixture
 def console_config(
     tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
-    """The console test key's tenant, and OTHER's, another."""
+    """The console test key's tenant, SAME's too, and OTHER's, another."""
     monkeypatch.setenv(OTHER_ENV, OTHER)
+    monkeypatch.setenv(SAME_ENV, SAME)
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
@@ -41,6 +44,7 @@ def console_config(
             "keys": [
                 {"keyEnv": KEY_ENV, "tenant": TENANT},
                 {"keyEnv": OTHER_ENV, "tenant": "other-tenant"},
+                {"keyEnv": SAME_ENV, "tenant": TENANT},
             ]
         },
     )
@@ -51,6 +55,18 @@ def _sign_in(console: Page, key: str) -> Any:
     page.get_by_test_id("login-key").fill(key)
     page.get_by_test_id("login-submit").click()
     return page
+
+
+def _shared_run(proxy: ProxyServer) -> None:
+    """``shared-run``, a session of the console key's tenant, and OTHER's under the same id."""
+    started(proxy, "shared-run")
+    with httpx.Client(base_url=proxy.origin, timeout=10) as http:
+        made = http.post(
+            "/s/shared-run/v1/chat/completions",
+            headers={"authorization": f"Bearer {OTHER}"},
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert made.status_code == 200, made.text
 
 
 def test_another_keys_sign_in_shows_none_of_the_last_keys_sessions(
@@ -109,14 +125,7 @@ def test_another_keys_session_under_the_same_id_shows_none_of_the_last_keys_draf
     """A draft typed and left unsent in the last key's session ``shared-run`` is the last
     key's: the next key's session under the same id, another tenant's, opens with an empty
     composer."""
-    started(console_proxy, "shared-run")
-    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
-        made = http.post(
-            "/s/shared-run/v1/chat/completions",
-            headers={"authorization": f"Bearer {OTHER}"},
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        )
-        assert made.status_code == 200, made.text
+    _shared_run(console_proxy)
     page = console.page
     page.goto(f"{console.origin}/ui#/s/shared-run")
     _sign_in(console, KEY)
@@ -161,6 +170,35 @@ def test_a_message_the_last_key_sent_is_not_sent_with_the_next_key(
     assert page.get_by_test_id("toast").count() == 0
 
 
+ANSWER = "the last key's answer " * 4
+
+
+def _send(page: Any, text: str) -> None:
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()  # the view read
+    page.get_by_test_id("composer-input").fill(text)
+    page.get_by_test_id("composer-send").click()
+
+
+def _turn_then_key_change(console: Page, fake_upstream: FakeUpstream, key: str) -> Pacer:
+    """KEY's turn in ``shared-run`` streams (its pacer, returned, holds the rest back) when
+    ``key`` signs in and sends its own message there, whose answer is the next reply."""
+    pacer = Pacer()
+    fake_upstream.script(
+        reply(ANSWER, chunks=4, pacer=pacer), reply("Ours." if key == SAME else "Theirs.")
+    )
+    page = console.page
+    page.goto(f"{console.origin}/ui#/s/shared-run")
+    _sign_in(console, KEY)
+    _send(page, "one")
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
+    page.locator("#forget-key").click()
+    page.get_by_test_id("login-key").wait_for()
+    _sign_in(console, key)
+    _send(page, "two")
+    return pacer
+
+
 def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
@@ -168,34 +206,26 @@ def test_the_next_keys_message_waits_for_none_of_the_last_keys_turns(
     the next key's message in its own session under that id goes at once. It waited for the
     last key's turn, queued under the same session id, and then for its last event, which
     the next key's stream, another tenant's session, never brings."""
-    started(console_proxy, "shared-run")
-    with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
-        made = http.post(
-            "/s/shared-run/v1/chat/completions",
-            headers={"authorization": f"Bearer {OTHER}"},
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        )
-        assert made.status_code == 200, made.text
-    pacer = Pacer()
-    fake_upstream.script(
-        reply("the last key's answer " * 4, chunks=4, pacer=pacer), reply("Theirs.")
-    )
-    page = console.page
-    page.goto(f"{console.origin}/ui#/s/shared-run")
-    _sign_in(console, KEY)
-    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
-    page.get_by_test_id("composer-input").fill("one")
-    page.get_by_test_id("composer-send").click()
-    pacer.allow(1)
-    page.get_by_test_id("assistant-message").filter(has_text="the last").wait_for()
-    page.locator("#forget-key").click()
-    page.get_by_test_id("login-key").wait_for()
-    _sign_in(console, OTHER)
-    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
-    page.get_by_test_id("composer-input").fill("two")
-    page.get_by_test_id("composer-send").click()
+    _shared_run(console_proxy)
+    pacer = _turn_then_key_change(console, fake_upstream, OTHER)
     try:
-        done = page.locator("[data-testid=assistant-message][data-state=done]")
+        done = console.page.locator("[data-testid=assistant-message][data-state=done]")
         done.filter(has_text="Theirs.").wait_for(timeout=3000)
     finally:
         pacer.allow(10)  # the last key's turn ends
+
+
+def test_the_next_keys_message_waits_for_the_last_keys_turn_in_their_tenants_session(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Keys of one tenant share its sessions: a turn the last key sent still streams when
+    SAME signs in, and SAME's message waits for it, so the history it resends holds that
+    turn's reply. Sent at once, without it, the history reads as an edit of the session's,
+    and the reply stored meanwhile is superseded."""
+    started(console_proxy, "shared-run")
+    pacer = _turn_then_key_change(console, fake_upstream, SAME)
+    pacer.allow(10)  # the last key's turn ends
+    done = console.page.locator("[data-testid=assistant-message][data-state=done]")
+    done.filter(has_text="Ours.").wait_for()
+    sent = fake_upstream.bodies()[-1]["messages"]
+    assert [m["content"] for m in sent[-3:]] == ["one", ANSWER, "two"]
