@@ -9,9 +9,12 @@ instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 :func:`fetchval_version` names, without their text, every row that read depends on: the
 messages stored under the id, the live rows at a handle's position and the one before it,
 the spills under the id (the newest and the ones it replaced) and the
-``context.truncated`` events that name it. Each row is named by its key and its ``xmin``
+``context.truncated`` events that name it. Each row is named by its key, its ``xmin``
 (the transaction that wrote that row version: an update, such as an eviction or a
-supersession, gives a row a new one), the events by their count and newest id. The events
+supersession, gives a row a new one) and its ``ctid`` (where that version lies: a
+transaction that updates a row it wrote keeps the row's ``xmin``, but the new version
+lies elsewhere while the old one can still be seen), the events by their count and newest
+id. The events
 count only while the newest row under an id is superseded, as they do for the read: for a
 live one they decide nothing, and its supersession changes its ``xmin`` anyway, so a long
 session's events are not scanned for every page. Two reads with the same version read the
@@ -229,14 +232,16 @@ async def _resent_cut(
 
 FETCH_VERSION = """
 SELECT concat_ws('|',
-    (SELECT string_agg(id::text || ':' || xmin::text, ',' ORDER BY id) FROM messages
+    (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id)
+     FROM messages
      WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
            OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))),
-    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text, ','
-                       ORDER BY tool_call_id) FROM tool_raw_outputs
+    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
+                                || ctid::text, ',' ORDER BY tool_call_id)
+     FROM tool_raw_outputs
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
-    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text, ','
-                       ORDER BY tool_call_id, created_at, replaced_at)
+    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
+                                || ctid::text, ',' ORDER BY tool_call_id, created_at, replaced_at)
      FROM tool_raw_output_versions
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
     (SELECT count(*)::text || ':' || coalesce(max(id), 0)::text FROM events

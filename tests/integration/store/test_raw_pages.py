@@ -183,3 +183,33 @@ async def test_an_evicted_body_and_a_spill_with_nuls_page_as_before(conn: Any, k
     assert counting.chars < 300
     assert "\x00" in page
     assert page == await before(conn, S, "c1", 40_000, MAX, PATTERNS, tenant=T)
+
+
+async def test_a_row_updated_in_the_reads_own_transaction_is_read_anew(conn: Any) -> None:
+    # A row a transaction wrote keeps that transaction's xmin through its later updates in
+    # it (and a row it writes again keeps its key): the version names where each row
+    # version lies (ctid) too.
+    async with conn.transaction():
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history("whole " * 500)))
+        assert "whole" in await _page(conn, 0)
+        await conn.execute(
+            "UPDATE messages SET redacted = true WHERE tenant = $1 AND session_id = $2 AND pos = 2",
+            T,
+            S,
+        )
+        assert await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T) is None
+        found = await toolloop.read_page(
+            conn, tenant=T, session_id=S, tool_call_id="c1", max_chars=MAX, patterns=PATTERNS
+        )
+        assert found is None
+
+
+async def test_a_spill_written_again_in_the_reads_own_transaction_is_read_anew(conn: Any) -> None:
+    async with conn.transaction():
+        await _spill(conn, "first output " * 400)
+        assert "first output" in await _page(conn, 0)
+        await conn.execute(
+            "DELETE FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2", T, S
+        )
+        await _respill(conn, "second output " * 400)  # same key, created_at and xmin
+        assert "second output" in await _page(conn, 0)
