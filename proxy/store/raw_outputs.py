@@ -230,18 +230,22 @@ async def _resent_cut(
     return whole
 
 
+# The messages are read in one pass (``rows``): with no index on tool_call_id, each pass
+# reads every row of the session.
 FETCH_VERSION = """
+WITH rows AS MATERIALIZED (
+    SELECT id, xmin, ctid, tool_call_id, superseded_at FROM messages
+    WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
+          OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))
+)
 SELECT concat_ws('|',
-    (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id)
-     FROM messages
-     WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
-           OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))),
+    (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id) FROM rows),
     (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
-                                || ctid::text, ',' ORDER BY tool_call_id)
+                       || ctid::text, ',' ORDER BY tool_call_id)
      FROM tool_raw_outputs
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
     (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
-                                || ctid::text, ',' ORDER BY tool_call_id, created_at, replaced_at)
+                       || ctid::text, ',' ORDER BY tool_call_id, created_at, replaced_at)
      FROM tool_raw_output_versions
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
     (SELECT count(*)::text || ':' || coalesce(max(id), 0)::text FROM events
@@ -249,8 +253,8 @@ SELECT concat_ws('|',
        AND data ->> 'tool_call_id' = ANY($3::text[])
        AND EXISTS (
            SELECT 1 FROM (
-               SELECT DISTINCT ON (tool_call_id) superseded_at FROM messages
-               WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])
+               SELECT DISTINCT ON (tool_call_id) superseded_at FROM rows
+               WHERE tool_call_id = ANY($3::text[])
                ORDER BY tool_call_id, id DESC
            ) AS newest
            WHERE newest.superseded_at IS NOT NULL)))
