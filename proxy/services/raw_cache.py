@@ -55,7 +55,8 @@ _used = [0]  # bytes the kept texts take, each as counted when it was kept
 
 
 def clear() -> None:
-    """Forget every kept text (tests, and a reload that changes nothing else here)."""
+    """Forget every kept text (tests). A config reload needs no call: the patterns are part
+    of each key, so a text redacted with patterns no longer in force is never read again."""
     _KEPT.clear()
     _used[0] = 0
 

@@ -131,6 +131,15 @@ async def test_a_kept_text_is_per_patterns(conn: Any) -> None:
     assert SECRET in await _page(conn, 0, patterns=())  # the tool-outputs API's unredacted read
 
 
+async def test_a_custom_pattern_changed_by_a_reload_reads_anew(conn: Any) -> None:
+    await _spill(conn, "build ok; internal id acme-7f3k2 and acme-9q " + "x" * 5000)
+    wide = compile_patterns([r"acme-[0-9a-z]+"])
+    assert "acme-" not in await _page(conn, 0, patterns=wide)
+    narrow = compile_patterns([r"acme-[0-9a-z]{5}"])  # the same config, its pattern edited
+    page = await _page(conn, 0, patterns=narrow)
+    assert "acme-7f3k2" not in page and "acme-9q" in page
+
+
 async def test_a_pinned_handles_later_page_fetches_only_the_version(conn: Any) -> None:
     text = "".join(f"{i:06d} whole result line\n" for i in range(8000))
     await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history(text)))
