@@ -19,7 +19,14 @@ from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.services import raw_cache, toolloop
 from proxy.store import messages as msgs, nul, raw_outputs
-from tests.integration.store.helpers import S, T, insert_messages, rows_for, user
+from tests.integration.store.helpers import (
+    S,
+    T,
+    create_session,
+    insert_messages,
+    rows_for,
+    user,
+)
 
 PATTERNS = compile_patterns(())
 MAX = 2000
@@ -123,6 +130,15 @@ async def test_a_row_written_since_is_read_anew(conn: Any) -> None:
     assert "second output" in await _page(conn, 0)
     await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=1)
     assert await _page(conn, 0) == await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T)
+
+
+async def test_a_session_deleted_and_made_again_under_its_id_reads_anew(conn: Any) -> None:
+    await _spill(conn, "first output " * 400)
+    assert "first output" in await _page(conn, 0)
+    await conn.execute("DELETE FROM sessions WHERE tenant = $1 AND id = $2", T, S)
+    await create_session(conn, tenant=T, session_id=S, agent="default", model="m")
+    await _spill(conn, "second output " * 400)  # the same tenant, session and call id
+    assert "second output" in await _page(conn, 0)
 
 
 async def test_a_kept_text_is_per_patterns(conn: Any) -> None:
