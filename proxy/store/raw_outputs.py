@@ -14,7 +14,7 @@ the spills under the id (the newest and the ones it replaced) and the
 supersession, gives a row a new one) and its ``ctid`` (where that version lies: a
 transaction that updates a row it wrote keeps the row's ``xmin``, but the new version
 lies elsewhere while the old one can still be seen), the events by their count and newest
-id. The events
+id, all of it digested to one short text. The events
 count only while the newest row under an id is superseded, as they do for the read: for a
 live one they decide nothing, and its supersession changes its ``xmin`` anyway, so a long
 session's events are not scanned for every page. Two reads with the same version read the
@@ -238,7 +238,7 @@ WITH rows AS MATERIALIZED (
     WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
           OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))
 )
-SELECT concat_ws('|',
+SELECT encode(sha256(convert_to(concat_ws('|',
     (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id) FROM rows),
     (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
                        || ctid::text, ',' ORDER BY tool_call_id)
@@ -257,7 +257,7 @@ SELECT concat_ws('|',
                WHERE tool_call_id = ANY($3::text[])
                ORDER BY tool_call_id, id DESC
            ) AS newest
-           WHERE newest.superseded_at IS NOT NULL)))
+           WHERE newest.superseded_at IS NOT NULL))), 'UTF8')), 'hex')
 """
 
 
@@ -265,10 +265,11 @@ async def fetchval_version(
     conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
 ) -> str:
     """The version of the rows ``fetchrow_raw_output`` reads for ``tool_call_id`` (a bare id
-    or a pinned handle, whose id part and its bare form both count): a short text, equal
-    for two reads exactly when none of those rows was written, changed or deleted between
-    them (module docstring). It sits beside the read: a row the read comes to depend on
-    belongs in it too."""
+    or a pinned handle, whose id part and its bare form both count): the SHA-256 of the
+    rows' names in hex, equal for two reads exactly when none of those rows was written,
+    changed or deleted between them (module docstring). A digest, read for every page:
+    an id a server uses every turn (``call_0``) has a row under it per turn. It sits
+    beside the read: a row the read comes to depend on belongs in it too."""
     ids = [encode(tool_call_id)]
     pinned = unpin(tool_call_id)
     if pinned is not None:

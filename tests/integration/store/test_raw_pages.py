@@ -100,6 +100,23 @@ async def test_a_later_page_fetches_the_rows_version_not_the_copy(conn: Any) -> 
     assert first == await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T)
 
 
+async def test_a_later_page_of_an_id_used_every_turn_fetches_a_short_version(conn: Any) -> None:
+    # A server that numbers its calls call_0 each turn leaves a row under the id per turn
+    # (superseded ones included): the version names them all, and sends a digest of them.
+    await conn.execute(
+        "INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id,"
+        " superseded_at) SELECT $1, $2, 2, md5(g::text), 'tool', '{}', 'c1', now()"
+        " FROM generate_series(1, 300) AS g",
+        T,
+        S,
+    )
+    await _spill(conn, hostile(20_000))
+    await _page(conn, 0)
+    counting = Counting(conn)
+    await _page(counting, 1900)
+    assert counting.chars < 300, counting.chars
+
+
 @pytest.mark.parametrize("before_edge", [20, 8, 1])
 async def test_a_secret_across_a_page_edge_is_replaced_on_both_pages(
     conn: Any, before_edge: int
