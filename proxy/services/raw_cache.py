@@ -50,12 +50,13 @@ class Output:
     capped: bool
 
 
-_KEPT: OrderedDict[Key, tuple[str, Output]] = OrderedDict()
-_used = [0]  # bytes the kept texts take
+_KEPT: OrderedDict[Key, tuple[str, Output, int]] = OrderedDict()  # version, output, bytes
+_used = [0]  # bytes the kept texts take, each as counted when it was kept
 
 
 def clear() -> None:
-    """Forget every kept text (tests, and a reload that changes nothing else here)."""
+    """Forget every kept text (tests). A config reload needs no call: the patterns are part
+    of each key, so a text redacted with patterns no longer in force is never read again."""
     _KEPT.clear()
     _used[0] = 0
 
@@ -97,10 +98,13 @@ async def read_output(
 
 def _keep(key: Key, version: str, out: Output) -> None:
     _drop(key)
-    if sys.getsizeof(out.content) > BUDGET_BYTES:
+    # counted once: a text's size grows when CPython keeps its UTF-8 form beside it (a C
+    # extension asked for it), and a drop gives back what the keep took
+    size = sys.getsizeof(out.content)
+    if size > BUDGET_BYTES:
         return
-    _KEPT[key] = (version, out)
-    _used[0] += sys.getsizeof(out.content)
+    _KEPT[key] = (version, out, size)
+    _used[0] += size
     while _used[0] > BUDGET_BYTES or len(_KEPT) > _MAX_ENTRIES:
         _drop(next(iter(_KEPT)))
 
@@ -108,4 +112,4 @@ def _keep(key: Key, version: str, out: Output) -> None:
 def _drop(key: Key) -> None:
     old = _KEPT.pop(key, None)
     if old is not None:
-        _used[0] -= sys.getsizeof(old[1].content)
+        _used[0] -= old[2]

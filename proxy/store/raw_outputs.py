@@ -9,9 +9,12 @@ instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 :func:`fetchval_version` names, without their text, every row that read depends on: the
 messages stored under the id, the live rows at a handle's position and the one before it,
 the spills under the id (the newest and the ones it replaced) and the
-``context.truncated`` events that name it. Each row is named by its key and its ``xmin``
+``context.truncated`` events that name it. Each row is named by its key, its ``xmin``
 (the transaction that wrote that row version: an update, such as an eviction or a
-supersession, gives a row a new one), the events by their count and newest id. The events
+supersession, gives a row a new one) and its ``ctid`` (where that version lies: a
+transaction that updates a row it wrote keeps the row's ``xmin``, but the new version
+lies elsewhere while the old one can still be seen), the events by their count and newest
+id, all of it digested to one short text. The events
 count only while the newest row under an id is superseded, as they do for the read: for a
 live one they decide nothing, and its supersession changes its ``xmin`` anyway, so a long
 session's events are not scanned for every page. Two reads with the same version read the
@@ -227,16 +230,22 @@ async def _resent_cut(
     return whole
 
 
+# The messages are read in one pass (``rows``): with no index on tool_call_id, each pass
+# reads every row of the session.
 FETCH_VERSION = """
-SELECT concat_ws('|',
-    (SELECT string_agg(id::text || ':' || xmin::text, ',' ORDER BY id) FROM messages
-     WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
-           OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))),
-    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text, ','
-                       ORDER BY tool_call_id) FROM tool_raw_outputs
+WITH rows AS MATERIALIZED (
+    SELECT id, xmin, ctid, tool_call_id, superseded_at FROM messages
+    WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
+          OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))
+)
+SELECT encode(sha256(convert_to(concat_ws('|',
+    (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id) FROM rows),
+    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
+                       || ctid::text, ',' ORDER BY tool_call_id)
+     FROM tool_raw_outputs
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
-    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text, ','
-                       ORDER BY tool_call_id, created_at, replaced_at)
+    (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
+                       || ctid::text, ',' ORDER BY tool_call_id, created_at, replaced_at)
      FROM tool_raw_output_versions
      WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
     (SELECT count(*)::text || ':' || coalesce(max(id), 0)::text FROM events
@@ -244,11 +253,11 @@ SELECT concat_ws('|',
        AND data ->> 'tool_call_id' = ANY($3::text[])
        AND EXISTS (
            SELECT 1 FROM (
-               SELECT DISTINCT ON (tool_call_id) superseded_at FROM messages
-               WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])
+               SELECT DISTINCT ON (tool_call_id) superseded_at FROM rows
+               WHERE tool_call_id = ANY($3::text[])
                ORDER BY tool_call_id, id DESC
            ) AS newest
-           WHERE newest.superseded_at IS NOT NULL)))
+           WHERE newest.superseded_at IS NOT NULL))), 'UTF8')), 'hex')
 """
 
 
@@ -256,10 +265,11 @@ async def fetchval_version(
     conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
 ) -> str:
     """The version of the rows ``fetchrow_raw_output`` reads for ``tool_call_id`` (a bare id
-    or a pinned handle, whose id part and its bare form both count): a short text, equal
-    for two reads exactly when none of those rows was written, changed or deleted between
-    them (module docstring). It sits beside the read: a row the read comes to depend on
-    belongs in it too."""
+    or a pinned handle, whose id part and its bare form both count): the SHA-256 of the
+    rows' names in hex, equal for two reads exactly when none of those rows was written,
+    changed or deleted between them (module docstring). A digest, read for every page:
+    an id a server uses every turn (``call_0``) has a row under it per turn. It sits
+    beside the read: a row the read comes to depend on belongs in it too."""
     ids = [encode(tool_call_id)]
     pinned = unpin(tool_call_id)
     if pinned is not None:

@@ -4,6 +4,7 @@ recently used out first."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -82,3 +83,25 @@ async def test_a_text_whose_rows_are_gone_is_not_kept(store: Store) -> None:
     store.rows["a"] = ("v1", "one")  # even a version equal to the one kept is read anew
     assert await store.read("a") == "one"
     assert store.reads == ["a", "a", "a"]
+
+
+async def test_the_budget_counts_a_text_as_it_was_kept(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A C extension that asks for a kept text's UTF-8 (tiktoken does) makes CPython keep
+    # that form beside it, which ``sys.getsizeof`` then counts: a text dropped must give
+    # back what it took, or the budget grows with every such text replaced.
+    text = "é" * 1000
+    monkeypatch.setattr(raw_cache, "BUDGET_BYTES", 3 * sys.getsizeof(text))
+    store.rows["a"] = ("v1", text)
+    kept = await raw_cache.read_output(None, tenant="t", session_id="s", tool_call_id="a")
+    assert kept is not None
+    as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8
+    as_utf8.argtypes, as_utf8.restype = [ctypes.py_object], ctypes.c_char_p
+    as_utf8(kept.content)
+    store.rows["a"] = ("v2", "ê" * 1000)
+    for cid in "abcd":
+        store.rows.setdefault(cid, ("v", cid * 1000 + "é"))
+        await store.read(cid)
+    await store.read("a")  # pushed out by d: the budget holds three
+    assert store.reads == ["a", "a", "b", "c", "d", "a"]

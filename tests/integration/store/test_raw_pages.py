@@ -18,8 +18,15 @@ from bench.raw_pages import Counting, before, hostile
 from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.services import raw_cache, toolloop
-from proxy.store import messages as msgs, nul
-from tests.integration.store.helpers import S, T, insert_messages, rows_for, user
+from proxy.store import messages as msgs, nul, raw_outputs
+from tests.integration.store.helpers import (
+    S,
+    T,
+    create_session,
+    insert_messages,
+    rows_for,
+    user,
+)
 
 PATTERNS = compile_patterns(())
 MAX = 2000
@@ -93,6 +100,23 @@ async def test_a_later_page_fetches_the_rows_version_not_the_copy(conn: Any) -> 
     assert first == await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T)
 
 
+async def test_a_later_page_of_an_id_used_every_turn_fetches_a_short_version(conn: Any) -> None:
+    # A server that numbers its calls call_0 each turn leaves a row under the id per turn
+    # (superseded ones included): the version names them all, and sends a digest of them.
+    await conn.execute(
+        "INSERT INTO messages (tenant, session_id, pos, hash, role, message, tool_call_id,"
+        " superseded_at) SELECT $1, $2, 2, md5(g::text), 'tool', '{}', 'c1', now()"
+        " FROM generate_series(1, 300) AS g",
+        T,
+        S,
+    )
+    await _spill(conn, hostile(20_000))
+    await _page(conn, 0)
+    counting = Counting(conn)
+    await _page(counting, 1900)
+    assert counting.chars < 300, counting.chars
+
+
 @pytest.mark.parametrize("before_edge", [20, 8, 1])
 async def test_a_secret_across_a_page_edge_is_replaced_on_both_pages(
     conn: Any, before_edge: int
@@ -125,10 +149,28 @@ async def test_a_row_written_since_is_read_anew(conn: Any) -> None:
     assert await _page(conn, 0) == await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T)
 
 
+async def test_a_session_deleted_and_made_again_under_its_id_reads_anew(conn: Any) -> None:
+    await _spill(conn, "first output " * 400)
+    assert "first output" in await _page(conn, 0)
+    await conn.execute("DELETE FROM sessions WHERE tenant = $1 AND id = $2", T, S)
+    await create_session(conn, tenant=T, session_id=S, agent="default", model="m")
+    await _spill(conn, "second output " * 400)  # the same tenant, session and call id
+    assert "second output" in await _page(conn, 0)
+
+
 async def test_a_kept_text_is_per_patterns(conn: Any) -> None:
     await _spill(conn, f"token {SECRET} " + "x" * 5000)
     assert SECRET not in await _page(conn, 0)
     assert SECRET in await _page(conn, 0, patterns=())  # the tool-outputs API's unredacted read
+
+
+async def test_a_custom_pattern_changed_by_a_reload_reads_anew(conn: Any) -> None:
+    await _spill(conn, "build ok; internal id acme-7f3k2 and acme-9q " + "x" * 5000)
+    wide = compile_patterns([r"acme-[0-9a-z]+"])
+    assert "acme-" not in await _page(conn, 0, patterns=wide)
+    narrow = compile_patterns([r"acme-[0-9a-z]{5}"])  # the same config, its pattern edited
+    page = await _page(conn, 0, patterns=narrow)
+    assert "acme-7f3k2" not in page and "acme-9q" in page
 
 
 async def test_a_pinned_handles_later_page_fetches_only_the_version(conn: Any) -> None:
@@ -183,3 +225,40 @@ async def test_an_evicted_body_and_a_spill_with_nuls_page_as_before(conn: Any, k
     assert counting.chars < 300
     assert "\x00" in page
     assert page == await before(conn, S, "c1", 40_000, MAX, PATTERNS, tenant=T)
+
+
+async def test_a_row_updated_in_the_reads_own_transaction_is_read_anew(conn: Any) -> None:
+    # A row a transaction wrote keeps that transaction's xmin through its later updates in
+    # it (and a row it writes again keeps its key): the version names where each row
+    # version lies (ctid) too.
+    async with conn.transaction():
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history("whole " * 500)))
+        assert "whole" in await _page(conn, 0)
+        await conn.execute(
+            "UPDATE messages SET redacted = true WHERE tenant = $1 AND session_id = $2 AND pos = 2",
+            T,
+            S,
+        )
+        assert await before(conn, S, "c1", 0, MAX, PATTERNS, tenant=T) is None
+        found = await toolloop.read_page(
+            conn, tenant=T, session_id=S, tool_call_id="c1", max_chars=MAX, patterns=PATTERNS
+        )
+        assert found is None
+
+
+async def test_a_spill_written_again_in_the_reads_own_transaction_is_read_anew(conn: Any) -> None:
+    async with conn.transaction():
+        await _spill(conn, "first output " * 400)
+        assert "first output" in await _page(conn, 0)
+        await conn.execute(
+            "DELETE FROM tool_raw_outputs WHERE tenant = $1 AND session_id = $2", T, S
+        )
+        await _respill(conn, "second output " * 400)  # same key, created_at and xmin
+        assert "second output" in await _page(conn, 0)
+
+
+async def test_the_version_reads_the_sessions_messages_once(conn: Any) -> None:
+    # messages has no index on tool_call_id: each pass over them costs the whole session's
+    # rows, on every page.
+    plan = await conn.fetch("EXPLAIN " + raw_outputs.FETCH_VERSION, T, S, ["c1@2", "c1"], 2)
+    assert sum(" on messages " in r[0] + " " for r in plan) == 1, plan
