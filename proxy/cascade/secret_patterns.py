@@ -169,36 +169,21 @@ _BLOCK = (
 )
 # A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
-# of it, to its closing quote, however long (up to ``_LONGEST``), bare or in JSON text, when
-# that quote closes it or the text ends there (output cut short), not a line's end (an
-# opening quote in prose), or its run reaches that bound (a longer one loses that much, not
-# nothing). Its run stops at the first quote it does not escape or a line's end, so runs
-# read no text twice.
-# A Kubernetes Secret's limit (1 MiB): past Secrets Manager's 64 KiB as its base64 text
-# (``SecretBinary``) or as escaped JSON text, which are longer than the bytes they hold.
-_LONGEST = 1 << 20
+# of it, to its closing quote, however long (a Kubernetes Secret's data reaches 1 MiB; a
+# bound on the run left the tail past it visible), bare or in JSON text, when that quote
+# closes it or the text ends there (output cut short), not a line's end (an opening quote in
+# prose). Its run is possessive and stops at the first quote it does not escape or a line's
+# end, so it never backtracks and runs read no text twice: it needs no bound.
 _CHAR = r"(?:[^\"\\\n]|\\[^\n])"
 _CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
 _WHOLE_STRING = (
-    r"\"(?=\{\\\"|"
-    + _CHAR
-    + r"{501})(?P<secret6>"
-    + _CHAR
-    + r"{1,"
-    + str(_LONGEST)
-    + r"}+)(?=\"|$|"
-    + _CHAR
-    + r")"
+    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _CHAR + r"++)(?=\"|$)"
     r"|\\\"(?=\{\\\\\\\"|"
     + _CHAR_ESCAPED
     + r"{501})"
     + r"(?P<secret7>"
     + _CHAR_ESCAPED
-    + r"{1,"
-    + str(_LONGEST)
-    + r"}+)(?=\\\"|$|"
-    + _CHAR_ESCAPED
-    + r")"
+    + r"++)(?=\\\"|$)"
 )
 _SECRET_VALUE = (
     r"(?!\\?[\"']?\[REDACTED\])(?:"
