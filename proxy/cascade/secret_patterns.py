@@ -130,18 +130,24 @@ _BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
 _ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
 
 
-def _block(form: tuple[str, str, str], numbered: bool, name: str) -> str:
-    """A block scalar's lines after its indicator, in ``form``; when ``numbered``, each led
-    by its number, as a file read with its lines numbered shows them, the file's own
-    indentation after it telling the block's lines.
+def _block(form: tuple[str, str, str], lead: str, name: str) -> str:
+    """A block scalar's lines after its indicator, in ``form``, each led by ``lead``: nothing,
+    its number (``numbered``: a file read with its lines numbered, the file's own
+    indentation after it telling the block's lines), or a unified diff's mark (``diff``:
+    ``+password: |`` then ``+  line``; the first line added or removed, a later one of
+    context too, which the plain reading takes for indentation and so never reads past).
     Group ``secret<name>`` holds them, ``indent<name>`` their indentation."""
     nl, line, tab = form
-    number = r"[ \t]{0,8}+[0-9]{1,9}+" + tab if numbered else ""
-    blanks = r"(?:" + nl + number + r"[ \t]{0,64}+(?=" + nl + r")){0,8}"
+    first = later = ""
+    if lead == "numbered":
+        first = later = r"[ \t]{0,8}+[0-9]{1,9}+" + tab
+    elif lead == "diff":
+        first, later = r"[+\-]", r"[+\- ]"
+    blanks = r"(?:" + nl + later + r"[ \t]{0,64}+(?=" + nl + r")){0,8}"
     return (
         blanks
         + nl
-        + number
+        + first
         + f"(?P<indent{name}>[ \\t]{{1,64}}+)"
         + r"(?!\[REDACTED\])"
         + _NOT_BLOCK
@@ -150,7 +156,7 @@ def _block(form: tuple[str, str, str], numbered: bool, name: str) -> str:
         + r"(?:"
         + blanks
         + nl
-        + number
+        + later
         + f"(?P=indent{name})"
         + line
         + r"){0,2000})"
@@ -161,9 +167,9 @@ _BLOCK = (
     _INDICATOR
     + "(?:"
     + "|".join(
-        _block(form, numbered, f"{kind}{'numbered' if numbered else ''}")
+        _block(form, lead, kind + lead)
         for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
-        for numbered in (False, True)
+        for lead in ("", "numbered", "diff")
     )
     + ")"
 )

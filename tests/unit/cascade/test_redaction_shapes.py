@@ -41,6 +41,9 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ),
         ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
         ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
+        # a block in a unified diff, each line led by its mark (``+``, ``-``, a context blank)
+        ("+password: |\n+  s3cr3tline\n+\n+  more\n+user: bob\n", "s3cr3tline\n+\n+  more"),
+        (" db:\n+  password: >-\n+    s3cr3t\n     two\n   host: x\n", "s3cr3t\n     two"),
         # a block whose first line begins with a comment's mark, and no comment
         ("password: |\n  #hunter2x\nuser: bob\n", "#hunter2x"),
         # a comment after the block's indicator
@@ -163,6 +166,16 @@ def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
         text = json.dumps({"Name": "prod/cert", "SecretBinary": "QUJD" * (size // 4), "V": 1})
         out, n = redact(text, _PATTERNS)
         assert (out, n) == (json.dumps({"Name": "prod/cert", "SecretBinary": REDACTED, "V": 1}), 1)
+
+
+def test_a_block_removed_and_added_in_a_diff_loses_both() -> None:
+    """A diff that rotates a block scalar's secret shows the old lines and the new, each led
+    by its mark: read as plain YAML, neither block had a line, and both secrets leaked."""
+    text = "@@ -1,3 +1,3 @@\n-password: |\n-  oldsecret\n+password: |\n+  newsecret\n user: x\n"
+    out, n = redact(text, _PATTERNS)
+    assert (out, n) == (text.replace("oldsecret", REDACTED).replace("newsecret", REDACTED), 2)
+    written = json.dumps({"patch": text})  # an apply_patch call's arguments
+    assert redact(written, _PATTERNS) == (json.dumps({"patch": out}), 2)
 
 
 @pytest.mark.parametrize("text", ["secret=>-\n    hunter2\n", "token =>|\n  x\n", "pwd=> # c\n  y"])
