@@ -45,8 +45,14 @@ _BLANK = r"(?:[ \t]|\\t)"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
 # ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
+# Only in a form's pair, whose ``=`` follows its name's last character (``_IN_FORM``): after
+# a colon, an arrow or blanks (``password: ab&cd=ef`` in YAML, ``PASSWORD = …``) no form is
+# read, and the ``&`` is the value's (``_ANY_VALUE``): cut there, its tail went upstream.
 _FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
 _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
+_ANY_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+_FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
+_IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
 
 def _assigned(blanks: int) -> str:
@@ -205,9 +211,15 @@ _SECRET_VALUE = (
     + _CLOSED_ESCAPED
     + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
     + _NOT_A_VALUE
+    + r"(?:"
+    + _IN_FORM
     + r"(?P<secret3>"
     + _VALUE
-    + r"{1,500}))"
+    + r"{1,500})|(?<!"
+    + _FORM_PAIR
+    + r")(?P<secret5>"
+    + _ANY_VALUE
+    + r"{1,500})))"
 )
 _AUTHORIZATION = "authorization"
 # A key written in words, as a password manager labels a field (``"label": "API Key"``,

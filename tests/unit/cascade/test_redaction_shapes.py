@@ -54,6 +54,13 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ("grant_type=password&username=bob&password=p%40ss%26w0rd&scope=x", "p%40ss%26w0rd"),
         ("name=api_key&value=q8ZrT2mWx7&x=1", "q8ZrT2mWx7"),
         ("api%5Fkey=q8ZrT2mWx7&x=1", "q8ZrT2mWx7"),
+        # an ``&`` in a value no form body holds: a separator with blanks or a colon (a
+        # form writes ``name=value``), and an ``&`` followed by no ``name=``
+        ("password: ab&cd=ef\n", "ab&cd=ef"),
+        ("  db_password: p@ss&w0rd=1\n", "p@ss&w0rd=1"),
+        ("PASSWORD = ab&cd=ef", "ab&cd=ef"),
+        ("secret => k9&x=y", "k9&x=y"),
+        ("password=ab&cd", "ab&cd"),
         # a string holding JSON under a secret's key, past the quoted value's usual bound
         (
             json.dumps({"Name": "prod/db", "SecretString": _LONG_SECRET}),
