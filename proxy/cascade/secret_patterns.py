@@ -11,7 +11,7 @@ other way round (the value first). A value is also a YAML block scalar's lines, 
 
 from __future__ import annotations
 
-from proxy.cascade.secret_blocks import BLANK, BLOCK, INDICATOR, NL
+from proxy.cascade.secret_blocks import BLANK, BLOCK, INDICATOR, KEY_COLUMN, KEYED_BLOCK, NL
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -123,30 +123,36 @@ _WHOLE_STRING = (
     + _CHAR_ESCAPED
     + r"++)(?=\\\"|$)"
 )
-_SECRET_VALUE = (
-    r"(?!\\?[\"']?\[REDACTED\])(?:"
-    + BLOCK
-    + "|"
-    + _WHOLE_STRING
-    + "|"
-    + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
-    + _CLOSED
-    + r"|[^\"\n]{1,500})\""
-    + r"|'(?P<secret2>[^'\n]{1,500})'|"
-    + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
-    + _CLOSED_ESCAPED
-    + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
-    + _NOT_A_VALUE
-    + r"(?:"
-    + _IN_FORM
-    + r"(?P<secret3>"
-    + _VALUE
-    + r"{1,500})|(?<!"
-    + _FORM_PAIR
-    + r")(?P<secret5>"
-    + _ANY_VALUE
-    + r"{1,500})))"
-)
+
+
+def _secret_value(block: str) -> str:
+    return (
+        r"(?!\\?[\"']?\[REDACTED\])(?:"
+        + block
+        + "|"
+        + _WHOLE_STRING
+        + "|"
+        + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
+        + _CLOSED
+        + r"|[^\"\n]{1,500})\""
+        + r"|'(?P<secret2>[^'\n]{1,500})'|"
+        + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
+        + _CLOSED_ESCAPED
+        + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+        + _NOT_A_VALUE
+        + r"(?:"
+        + _IN_FORM
+        + r"(?P<secret3>"
+        + _VALUE
+        + r"{1,500})|(?<!"
+        + _FORM_PAIR
+        + r")(?P<secret5>"
+        + _ANY_VALUE
+        + r"{1,500})))"
+    )
+
+
+_SECRET_VALUE = _secret_value(BLOCK)
 _AUTHORIZATION = "authorization"
 # A key written in words, as a password manager labels a field (``"label": "API Key"``,
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
@@ -298,7 +304,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
     # the value between them is redacted, never the backslash alone, which would let the
     # value through and leave the text JSON no longer.
-    r"(?i)" + _SECRET_KEY + _assigned(3) + _SECRET_VALUE,
+    # ``KEY_COLUMN`` is looked for only where a keyword's first letter is: a scan of every
+    # position (a text dense with keys) tries it nowhere else.
+    r"(?i)(?=[acpst])" + KEY_COLUMN + _SECRET_KEY + _assigned(3) + _secret_value(KEYED_BLOCK),
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

@@ -13,6 +13,7 @@ import pytest
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.cascade.redaction_calls import redact_written
+from proxy.cascade.redaction_scan import plan_of
 
 _PATTERNS = compile_patterns(())
 
@@ -173,6 +174,39 @@ def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
         text = json.dumps({"Name": "prod/cert", "SecretBinary": "QUJD" * (size // 4), "V": 1})
         out, n = redact(text, _PATTERNS)
         assert (out, n) == (json.dumps({"Name": "prod/cert", "SecretBinary": REDACTED, "V": 1}), 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("password: |\n  user: admin\n  hunter2\nhost: db\n", "user: admin\n  hunter2"),
+        ("db:\n  password: >-\n    user: x\n    pass: y\n  host: db\n", "user: x\n    pass: y"),
+        ("@@ -0,0 +1,3 @@\n+  token: |\n+    - k9x\n+    # s3cr3t\n", "- k9x\n+    # s3cr3t"),
+        ("+token: |\n+  - k9x\n", "- k9x"),
+        ("     3\t  secret: |\n     4\t    a: b8x\n     5\t  c: 1\n", "a: b8x"),
+    ],
+)
+def test_a_block_whose_first_line_reads_as_yaml_is_the_blocks_when_it_is_deeper(
+    text: str, secret: str
+) -> None:
+    """A block's first line indented past its key's line is the block's, whatever it reads
+    as (a mapping's key, a list's item, a comment): the block was read as empty, its lines
+    as the key's siblings, and the secret in them went upstream. At the key's own
+    indentation such a line is a sibling (``test_ordinary_text_in_these_shapes_is_kept``)."""
+    for written in (text, json.dumps({"content": text})):
+        expected = written.replace(
+            secret if written is text else json.dumps(secret)[1:-1], REDACTED
+        )
+        assert redact(written, _PATTERNS) == (expected, 1)
+        assert redact(expected, _PATTERNS) == (expected, 0)
+
+
+def test_the_keyed_pass_looks_for_its_keys_column_only_at_a_keywords_first_letter() -> None:
+    """Its lookahead names the keywords' first letters: one missing there would never be
+    read as a key."""
+    keyed = _PATTERNS[-1]
+    assert keyed.pattern.startswith("(?i)(?=[acpst])")
+    assert {start[0] for start in plan_of(keyed).starts} <= set("acpst")
 
 
 def test_a_block_removed_and_added_in_a_diff_loses_both() -> None:
