@@ -18,9 +18,12 @@ __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 REDACTED = "[REDACTED]"
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
-# ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token.
+# ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token. A word
+# before a keyword makes a key's name (``#password:``, ``mypassword``, ``DB_PASSWORD``); an
+# English word it begins names none (``secretary``, ``secretly``, ``passwordless``).
 _KEYWORD = (
-    r"(?:passw(?:or)?d|pwd|secret|token(?!i[sz])|api(?:[_-]|%5f)?key|access(?:[_-]|%5f)?key"
+    r"(?:passw(?:or)?d(?!less)|pwd|secret(?!ar[iy]|ly|ion|ive)|token(?!i[sz])"
+    r"|api(?:[_-]|%5f)?key|access(?:[_-]|%5f)?key"
     r"|private(?:[_-]|%5f)?key|auth(?:[_-]|%5f)?key|credentials?)"
 )
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,

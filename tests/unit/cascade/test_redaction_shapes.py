@@ -62,6 +62,9 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ("PASSWORD = ab&cd=ef", "ab&cd=ef"),
         ("secret => k9&x=y", "k9&x=y"),
         ("password=ab&cd", "ab&cd"),
+        # a key glued to a word before it, in a comment or a name, is a key
+        ("#password: hunter2x\n", "hunter2x"),
+        ("mypassword: q9xk2\n", "q9xk2"),
         # a string holding JSON under a secret's key, past the quoted value's usual bound
         (
             json.dumps({"Name": "prod/db", "SecretString": _LONG_SECRET}),
@@ -98,6 +101,11 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
         "env:\n  - password: |\n  - name: LOG_LEVEL\n    value: debug\n",
         "db:\n  password: >-\n  # rotated monthly\n  user: bob\n",
         "query=tokens&sort=asc&page=2",
+        # a keyword that an English word after it makes no key's name
+        "secretary: Alice Smith",
+        "the secretariat: UN",
+        "passwordless: enabled",
+        "It was secretly: done",
         # an opening quote in prose: a long line after it is no string
         'Set the password: "' + "then restart the service and wait " * 20 + "\nok",
         'x = {"value": self.value, "name": name}',
