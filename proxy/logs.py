@@ -15,6 +15,7 @@ own handlers in the second case, and replaces them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -221,13 +222,21 @@ _QUERY_CREDENTIAL = re.compile(
 
 
 def masked(text: str) -> str:
-    """``text`` as a log line shows it: ``without_credentials``, each credential query
-    parameter's value, and whatever the built-in secret patterns find (a ``Bearer`` token,
-    an ``Authorization`` header, an API key, ``password=…``, a PEM key) as
-    :data:`REDACTED`. Every line goes through it, its fields and traceback too: a provider's
-    error body, an exception's message or a header a gateway echoes can hold any of them."""
-    text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, without_credentials(text))
-    return redact(text, compile_patterns(()))[0]
+    """``text`` as a log line shows it: a URL's password masked (``redact_dsn``, as a
+    refusal already writes it: ``user:***@``), each credential query parameter's value, and
+    whatever the other built-in secret patterns find (a ``Bearer`` token, an
+    ``Authorization`` header, an API key, ``password=…``, a PEM key) as :data:`REDACTED`.
+    Every line goes through it, its fields and traceback too: a provider's error body, an
+    exception's message or a header a gateway echoes can hold any of them."""
+    text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, redact_dsn(text))
+    return redact(text, _patterns())[0]
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    """The built-in patterns but a URL's password's, which ``redact_dsn`` masks as ``***``
+    (the pattern would rewrite that ``***``)."""
+    return tuple(p for p in compile_patterns(()) if not p.pattern.startswith("://"))
 
 
 def causes(exc: BaseException, depth: int = 3) -> str:
