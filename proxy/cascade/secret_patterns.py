@@ -110,21 +110,30 @@ _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 # A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
-# of it, to its closing quote, however long (a Kubernetes Secret's data reaches 1 MiB; a
-# bound on the run would leave the tail past it visible), bare or in JSON text, when that quote
+# of it, to its closing quote, however long (a Kubernetes Secret's data reaches 1 MiB: a bound
+# on the run would leave the tail past it visible), bare or in JSON text, when that quote
 # closes it or the text ends there (output cut short), not a line's end (an opening quote in
-# prose). Its run is possessive and stops at the first quote it does not escape or a line's
-# end, so it never backtracks and runs read no text twice: it needs no bound.
+# prose), unless its run passes ``_LONGEST``: no prose runs that long. Its run is possessive
+# and stops at the first quote it does not escape or a line's end, so it never backtracks
+# and runs read no text twice.
+_LONGEST = 1 << 20
 _CHAR = r"(?:[^\"\\\n]|\\[^\n])"
 _CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
+
+
+def _whole(quote: str, char: str) -> str:
+    """The run after a string's opening ``quote`` as ``_WHOLE_STRING`` reads it, in one
+    read: to ``_LONGEST``, and past it, whatever ends it, only if it got that far."""
+    return f"{char}{{1,{_LONGEST}}}+(?:(?={quote}|$)|(?={char}){char}*+)"
+
+
 _WHOLE_STRING = (
-    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _CHAR + r"++)(?=\"|$)"
+    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _whole(r"\"", _CHAR) + ")"
     r"|\\\"(?=\{\\\\\\\"|"
     + _CHAR_ESCAPED
-    + r"{501})"
-    + r"(?P<secret7>"
-    + _CHAR_ESCAPED
-    + r"++)(?=\\\"|$)"
+    + r"{501})(?P<secret7>"
+    + _whole(r"\\\"", _CHAR_ESCAPED)
+    + ")"
 )
 
 

@@ -314,6 +314,9 @@ def test_a_string_longer_than_a_mebibyte_is_redacted_whole() -> None:
         for written in (text, json.dumps({"content": text + '"'})):
             out, n = redact(written, _PATTERNS)
             assert n == 1 and "Q" not in out and redact(out, _PATTERNS) == (out, 0)
+    # one left open at its line's end past 1 MiB is no prose: all of its line goes
+    text = 'password: "' + "Q" * ((1 << 20) + 7) + "\nnext"
+    assert redact(text, _PATTERNS) == ('password: "' + REDACTED + "\nnext", 1)
 
 
 @pytest.mark.parametrize(
