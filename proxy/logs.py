@@ -4,8 +4,9 @@ Every logger, uvicorn's included, writes through one handler on the root logger 
 as readable text (``CASCADE_LOG_FORMAT=text``, the default) or one JSON object per line
 (``json``: ``ts``, ``level``, ``logger``, ``message``, and the request's fields). A line
 written while a request is served carries that request's ``request_id`` and ``session_id``
-(``proxy.requestlog``). uvicorn's access log is switched off: ``proxy.middleware.AccessLog``
-writes one richer line per request instead.
+(``proxy.requestlog``). Each line is ``masked`` first: no credential it quotes (a provider's
+error body, a URL's key, an ``Authorization`` header) is written. uvicorn's access log is
+switched off: ``proxy.middleware.AccessLog`` writes one richer line per request instead.
 
 ``create_app`` calls ``configure_logging``, so ``cascade-proxy serve`` and
 ``uvicorn proxy.app:create_app --factory`` log the same way; it runs after uvicorn set up its
@@ -14,6 +15,7 @@ own handlers in the second case, and replaces them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -25,6 +27,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from proxy import requestlog
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.store.dsn import redact_dsn
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "configure_logging",
     "causes",
     "format_from_env",
+    "masked",
     "without_credentials",
     "JsonFormatter",
     "TextFormatter",
@@ -67,13 +71,13 @@ class JsonFormatter(logging.Formatter):
             "ts": _timestamp(record),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": masked(record.getMessage()),
         }
-        line.update(_fields(record))
+        line.update({k: masked(v) if isinstance(v, str) else v for k, v in _fields(record).items()})
         if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+            line["exc"] = masked(self.formatException(record.exc_info))
         if record.stack_info:
-            line["stack"] = self.formatStack(record.stack_info)
+            line["stack"] = masked(self.formatStack(record.stack_info))
         return json.dumps(line, default=str)
 
 
@@ -104,10 +108,10 @@ class TextFormatter(logging.Formatter):
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        message = _escaped(record.getMessage())
+        message = _escaped(masked(record.getMessage()))
         shown = getattr(record, "in_text", ())  # fields the message already says
         extra = " ".join(
-            f"{k}={_escaped(str(v))}"
+            f"{k}={_escaped(masked(str(v)))}"
             for k, v in _fields(record).items()
             if v is not None and k not in shown
         )
@@ -115,9 +119,9 @@ class TextFormatter(logging.Formatter):
         if extra:
             text = f"{text} {extra}"
         if record.exc_info:
-            text = f"{text}\n{self.formatException(record.exc_info)}"
+            text = f"{text}\n{masked(self.formatException(record.exc_info))}"
         if record.stack_info:
-            text = f"{text}\n{self.formatStack(record.stack_info)}"
+            text = f"{text}\n{masked(self.formatStack(record.stack_info))}"
         return text
 
 
@@ -205,6 +209,34 @@ def without_credentials(text: str) -> str:
     token), and the password masked where that cannot be told apart (``redact_dsn``): one
     with a blank or an unencoded "/", or a URL written without its ``//``."""
     return redact_dsn(_USERINFO.sub("//", text))
+
+
+# A URL's query parameter whose name says it holds a credential (``key``, ``api_key``,
+# ``access_token``, ``sig``, Azure Functions' ``code``), as ``proxy.answers`` reads what a
+# call sent: an httpx error names the URL it called, a gateway's key in its query included.
+_QUERY_CREDENTIAL = re.compile(
+    r"([?&](?:[\w.%\-]{0,64}?(?:key|token|secret|sig|auth|pass|cred)[\w.%\-]{0,64}|code)=)"
+    r"[^&\s#\"'<>\\]{1,4096}",
+    re.IGNORECASE,
+)
+
+
+def masked(text: str) -> str:
+    """``text`` as a log line shows it: a URL's password masked (``redact_dsn``, as a
+    refusal already writes it: ``user:***@``), each credential query parameter's value, and
+    whatever the other built-in secret patterns find (a ``Bearer`` token, an
+    ``Authorization`` header, an API key, ``password=…``, a PEM key) as :data:`REDACTED`.
+    Every line goes through it, its fields and traceback too: a provider's error body, an
+    exception's message or a header a gateway echoes can hold any of them."""
+    text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, redact_dsn(text))
+    return redact(text, _patterns())[0]
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    """The built-in patterns but a URL's password's, which ``redact_dsn`` masks as ``***``
+    (the pattern would rewrite that ``***``)."""
+    return tuple(p for p in compile_patterns(()) if not p.pattern.startswith("://"))
 
 
 def causes(exc: BaseException, depth: int = 3) -> str:

@@ -275,12 +275,22 @@ def _redact_arguments(call: Any, patterns: Sequence[re.Pattern[str]]) -> tuple[A
     return (out, total) if fn is call else ({**call, "function": out}, total)
 
 
+# Parts whose entries are media (an image's URL or data, audio, a file's bytes): no text,
+# and left as sent, since a pattern matching inside base64 would corrupt them.
+_MEDIA = frozenset(
+    ("image_url", "input_image", "image", "input_audio", "audio", "file", "input_file")
+)
+
+
 def _redact_content(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
-    """``msg`` with what the summary renders of its content besides text redacted: content
-    that is one object rather than a list (rendered as its JSON text), and each part that is
-    no text: one that is no object (a list, rendered as itself) as its JSON text
-    (``_redact_value``), an object's ``type`` (rendered ``[type]``). An object part's other
-    entries (an image's data) are not rendered, and are left as sent."""
+    """``msg`` with what the model and the summary read of its content besides text
+    redacted: content that is one object rather than a list (rendered as its JSON text), and
+    each part that is no text: one that is no object (a list, rendered as itself) as its JSON
+    text (``_redact_value``), a media part's ``type`` (rendered ``[type]``; its other
+    entries, an image's data, are left as sent), any other object part whole, as its JSON
+    text: a type the proxy does not know (an Anthropic-shaped ``document`` or
+    ``tool_result``, a client's own) may be text a lenient provider shows the model, and is
+    stored."""
     content = msg.get("content")
     if isinstance(content, Mapping):
         read, n = _redact_value(content, patterns)
@@ -291,7 +301,7 @@ def _redact_content(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[
     for i, part in enumerate(parts):
         if isinstance(part, str) or has_text(part):
             continue
-        if isinstance(part, Mapping):
+        if isinstance(part, Mapping) and str(part.get("type")) in _MEDIA:
             parts[i], n = _redact_field(part, "type", patterns)
         else:
             parts[i], n = _redact_value(part, patterns)

@@ -11,14 +11,19 @@ other way round (the value first). A value is also a YAML block scalar's lines, 
 
 from __future__ import annotations
 
+from proxy.cascade.secret_blocks import BLANK, BLOCK, INDICATOR, KEY_COLUMN, KEYED_BLOCK, NL
+
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
 REDACTED = "[REDACTED]"
 
 _NOT_REDACTED = r"(?!\[REDACTED\])"
-# ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token.
+# ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token. A word
+# before a keyword makes a key's name (``#password:``, ``mypassword``, ``DB_PASSWORD``); an
+# English word it begins names none (``secretary``, ``secretly``, ``passwordless``).
 _KEYWORD = (
-    r"(?:passw(?:or)?d|pwd|secret|token(?!i[sz])|api(?:[_-]|%5f)?key|access(?:[_-]|%5f)?key"
+    r"(?:passw(?:or)?d(?!less)|pwd|secret(?!ar[iy]|ly|ion|ive)|token(?!i[sz])"
+    r"|api(?:[_-]|%5f)?key|access(?:[_-]|%5f)?key"
     r"|private(?:[_-]|%5f)?key|auth(?:[_-]|%5f)?key|credentials?)"
 )
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
@@ -40,20 +45,24 @@ _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments).
 _QUOTE = r"(?:\\?[\"'])"
-# A space or tab around a key's separator; a tab is an escape in JSON text (``token:\tvalue``).
-_BLANK = r"(?:[ \t]|\\t)"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
 # ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
+# Only in a form's pair, whose ``=`` follows its name's last character (``_IN_FORM``): after
+# a colon, an arrow or blanks (``password: ab&cd=ef`` in YAML, ``PASSWORD = …``) no form is
+# read, and the ``&`` is the value's (``_ANY_VALUE``): cut there, its tail went upstream.
 _FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
 _VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
+_ANY_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+_FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
+_IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
 
 def _assigned(blanks: int) -> str:
     """A key's closing quote, if any, and its separator (``=``, ``:``, ``=>``), up to
     ``blanks`` spaces or tabs on each side. An ``=>`` is one separator, whose ``>`` is never
     read as a YAML block's indicator (one pass reading it so, the next as a value)."""
-    return _QUOTE + "?" + _BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + _BLANK + f"{{0,{blanks}}}"
+    return _QUOTE + "?" + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
 
 
 _IDENTIFIER = (
@@ -61,15 +70,6 @@ _IDENTIFIER = (
     r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
     r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
-)
-# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end, or a
-# comment's (``password: |  # PEM``): the block's lines, on the next, are the value.
-_INDICATOR = (
-    r"[|>][+-]?[1-9]?[+-]?(?:"
-    + _BLANK
-    + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}+|"
-    + _BLANK
-    + r"{0,8})(?=[\r\n]|\\[rn]|$)"
 )
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
@@ -80,7 +80,7 @@ _NOT_A_VALUE = (
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
-    r"(?!" + _INDICATOR + ")"
+    r"(?!" + INDICATOR + ")"
 )
 
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
@@ -103,121 +103,68 @@ _SECRET_KEY = (
 # unquoted one unless it is plainly no secret (``_NOT_A_VALUE``); never one already redacted.
 _CLOSED = r"(?=\"(?:[\s,;}\])\"'>]|$))"
 _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
-# A line's end, bare or escaped as JSON text writes it.
-_NL = r"(?:\r?\n|(?:\\r)?\\n)"
-# A first line that is no block's (the key's indentation is not known here): a mapping's key,
-# a list's item or a comment (a blank after its mark: ``#a8f…`` is a password), which after
-# an empty block (``password: |`` then ``user: bob``) are its siblings; a numbered line, whose
-# every line is indented alike (``_block``). Read as a block, each took every line after it
-# at that indentation.
-_NOT_BLOCK = (
-    r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + _BLANK + "|" + _NL + r"|$)"
-    r"|[-#](?:" + _BLANK + "|" + _NL + r"|$)|[0-9]{1,9}(?:\t|\\t|\u2192|\\u2192))"
-)
-# A numbered view's line number (``_block``) amid what lies between two entries
+# A numbered view's line number (``secret_blocks``) amid what lies between two entries
 # (``_BETWEEN``), its line's end and blanks before it.
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
-# The block's lines: each as indented as its first (kept, so the block stays YAML), blank
-# lines between them too. In bare text a line ends at its line's end alone (a backslash or a
-# quote is the line's); in JSON text (a call's arguments, a tool's JSON output) at an escaped
-# one, or at the quote that closes the string holding the file (written with no line's end
-# after the block), so the text stays JSON. Each form: its line's end, a line, and what
-# follows a line's number: a tab (``cat -n``, editor tools' views), an arrow (Claude Code's
-# Read tool) or a colon (SWE-agent's ``open``).
-_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
-_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
-
-
-def _block(form: tuple[str, str, str], numbered: bool, name: str) -> str:
-    """A block scalar's lines after its indicator, in ``form``; when ``numbered``, each led
-    by its number, as a file read with its lines numbered shows them, the file's own
-    indentation after it telling the block's lines.
-    Group ``secret<name>`` holds them, ``indent<name>`` their indentation."""
-    nl, line, tab = form
-    number = r"[ \t]{0,8}+[0-9]{1,9}+" + tab if numbered else ""
-    blanks = r"(?:" + nl + number + r"[ \t]{0,64}+(?=" + nl + r")){0,8}"
-    return (
-        blanks
-        + nl
-        + number
-        + f"(?P<indent{name}>[ \\t]{{1,64}}+)"
-        + r"(?!\[REDACTED\])"
-        + _NOT_BLOCK
-        + f"(?P<secret{name}>"
-        + line
-        + r"(?:"
-        + blanks
-        + nl
-        + number
-        + f"(?P=indent{name})"
-        + line
-        + r"){0,2000})"
-    )
-
-
-_BLOCK = (
-    _INDICATOR
-    + "(?:"
-    + "|".join(
-        _block(form, numbered, f"{kind}{'numbered' if numbered else ''}")
-        for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
-        for numbered in (False, True)
-    )
-    + ")"
-)
 # A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
 # any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
-# of it, to its closing quote, however long (up to ``_LONGEST``), bare or in JSON text, when
-# that quote closes it or the text ends there (output cut short), not a line's end (an
-# opening quote in prose), or its run reaches that bound (a longer one loses that much, not
-# nothing). Its run stops at the first quote it does not escape or a line's end, so runs
-# read no text twice.
-# A Kubernetes Secret's limit (1 MiB): past Secrets Manager's 64 KiB as its base64 text
-# (``SecretBinary``) or as escaped JSON text, which are longer than the bytes they hold.
+# of it, to its closing quote, however long (a Kubernetes Secret's data reaches 1 MiB: a bound
+# on the run would leave the tail past it visible), bare or in JSON text, when that quote
+# closes it or the text ends there (output cut short), not a line's end (an opening quote in
+# prose), unless its run passes ``_LONGEST``: no prose runs that long. Its run is possessive
+# and stops at the first quote it does not escape or a line's end, so it never backtracks
+# and runs read no text twice.
 _LONGEST = 1 << 20
 _CHAR = r"(?:[^\"\\\n]|\\[^\n])"
 _CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
+
+
+def _whole(quote: str, char: str) -> str:
+    """The run after a string's opening ``quote`` as ``_WHOLE_STRING`` reads it, in one
+    read: to ``_LONGEST``, and past it, whatever ends it, only if it got that far."""
+    return f"{char}{{1,{_LONGEST}}}+(?:(?={quote}|$)|(?={char}){char}*+)"
+
+
 _WHOLE_STRING = (
-    r"\"(?=\{\\\"|"
-    + _CHAR
-    + r"{501})(?P<secret6>"
-    + _CHAR
-    + r"{1,"
-    + str(_LONGEST)
-    + r"}+)(?=\"|$|"
-    + _CHAR
-    + r")"
+    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _whole(r"\"", _CHAR) + ")"
     r"|\\\"(?=\{\\\\\\\"|"
     + _CHAR_ESCAPED
-    + r"{501})"
-    + r"(?P<secret7>"
-    + _CHAR_ESCAPED
-    + r"{1,"
-    + str(_LONGEST)
-    + r"}+)(?=\\\"|$|"
-    + _CHAR_ESCAPED
-    + r")"
+    + r"{501})(?P<secret7>"
+    + _whole(r"\\\"", _CHAR_ESCAPED)
+    + ")"
 )
-_SECRET_VALUE = (
-    r"(?!\\?[\"']?\[REDACTED\])(?:"
-    + _BLOCK
-    + "|"
-    + _WHOLE_STRING
-    + "|"
-    + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
-    + _CLOSED
-    + r"|[^\"\n]{1,500})\""
-    + r"|'(?P<secret2>[^'\n]{1,500})'|"
-    + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
-    + _CLOSED_ESCAPED
-    + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
-    + _NOT_A_VALUE
-    + r"(?P<secret3>"
-    + _VALUE
-    + r"{1,500}))"
-)
+
+
+def _secret_value(block: str) -> str:
+    return (
+        r"(?!\\?[\"']?\[REDACTED\])(?:"
+        + block
+        + "|"
+        + _WHOLE_STRING
+        + "|"
+        + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
+        + _CLOSED
+        + r"|[^\"\n]{1,500})\""
+        + r"|'(?P<secret2>[^'\n]{1,500})'|"
+        + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
+        + _CLOSED_ESCAPED
+        + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+        + _NOT_A_VALUE
+        + r"(?:"
+        + _IN_FORM
+        + r"(?P<secret3>"
+        + _VALUE
+        + r"{1,500})|(?<!"
+        + _FORM_PAIR
+        + r")(?P<secret5>"
+        + _ANY_VALUE
+        + r"{1,500})))"
+    )
+
+
+_SECRET_VALUE = _secret_value(BLOCK)
 _AUTHORIZATION = "authorization"
 # A key written in words, as a password manager labels a field (``"label": "API Key"``,
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
@@ -234,7 +181,7 @@ _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _
 # as its ``value`` (Terraform's outputs: ``"db_password": {"sensitive": true, "value": …}``):
 # its separator then a brace or a line's end, never a scalar, so a key's own value
 # (``"password": "", "value": …``) names nothing after it.
-_OPENS = _QUOTE + "?" + _BLANK + r"{0,3}:" + _BLANK + r"{0,3}(?:\{|(?=[\r\n]|\\[rn]))"
+_OPENS = _QUOTE + "?" + BLANK + r"{0,3}:" + BLANK + r"{0,3}(?:\{|(?=[\r\n]|\\[rn]))"
 # A secret keyed by its sibling entry, as lists of name/value pairs hold them: a Kubernetes
 # ``env`` (``- name: DB_PASSWORD`` above ``value: …`` as kubectl prints it), HAR headers
 # (``{"name": "Authorization", "value": "Basic …"}``), AWS tags and CloudFormation
@@ -271,7 +218,7 @@ _SIBLING = (
 # or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
 _NAME_AFTER = (
     r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
-    + _NL
+    + NL
     + r")(?:[\s,\"']|\\[nrt\"]|"
     + _LINE_NUMBER
     + r"){0,128}+"
@@ -303,7 +250,7 @@ _IN_COMMENT = (
     + _SECRET_KEY
     + _assigned(3)
     + r"[|>][+-]?[1-9]?[+-]?"
-    + _BLANK
+    + BLANK
     + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}?"
     + _SECRET_KEY
     + _assigned(3)
@@ -369,7 +316,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
     # the value between them is redacted, never the backslash alone, which would let the
     # value through and leave the text JSON no longer.
-    r"(?i)" + _SECRET_KEY + _assigned(3) + _SECRET_VALUE,
+    # ``KEY_COLUMN`` is looked for only where a keyword's first letter is: a scan of every
+    # position (a text dense with keys) tries it nowhere else.
+    r"(?i)(?=[acpst])" + KEY_COLUMN + _SECRET_KEY + _assigned(3) + _secret_value(KEYED_BLOCK),
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

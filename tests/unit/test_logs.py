@@ -104,3 +104,32 @@ def test_causes_follow_the_chain_and_cut_credentials_out_of_urls() -> None:
         " (cause: ConnectionError: connect failed <- OSError: proxy http://egress:3128 refused)"
     )
     assert causes(ValueError("alone")) == ""
+
+
+_LEAKS = {
+    "Bearer sk-proj-logleak0123456789abcdef": "sk-proj-logleak0123456789abcdef",
+    "Authorization: Basic dXNlcjpsb2dsZWFrcGFzcw==": "dXNlcjpsb2dsZWFrcGFzcw==",
+    "https://gw.test/v1/chat?api-version=1&key=gwlogleak42": "gwlogleak42",
+    "https://gw.test/v1/embed?sig=sAsLoGlEaK%2Bx&code=azfnlogleak": "sAsLoGlEaK%2Bx azfnlogleak",
+    '{"error": {"message": "bad x-api-key: ak-logleak-77"}}': "ak-logleak-77",
+    "postgresql://app:pglogleak@db:5432/app": "pglogleak",
+}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_no_credential_reaches_a_log_line(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A provider's error body, an httpx error naming the URL it called (a gateway's key in
+    its query string), a header a gateway echoes: whatever a line quotes, in its message, its
+    fields or its traceback, is written without the credential in it; the words around it
+    (``api-version=1``) stay."""
+    configure_logging("info", fmt)  # type: ignore[arg-type]
+    log = logging.getLogger("cascade")
+    for text in _LEAKS:
+        log.warning("provider answered 401: %s", text, extra={"fields": {"body": text}})
+        try:
+            raise RuntimeError(text)
+        except RuntimeError:
+            log.exception("call failed")
+    err = capsys.readouterr().err
+    leaked = [s for secrets in _LEAKS.values() for s in secrets.split() if s in err]
+    assert leaked == [] and "api-version=1" in err and "[REDACTED]" in err

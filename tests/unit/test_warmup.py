@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.cascade import invisible, redaction
+from proxy.cascade import invisible, redaction, redaction_scan
 from proxy.cascade.memory import fact_key, read_form, sanitize_fact
 from proxy.cascade.text import quote_closing_tag
 from proxy.config import parse_config
@@ -56,10 +56,10 @@ def test_each_agents_redaction_scanner_is_built_at_start() -> None:
     cfg = parse_config(raw, env={})
     red = cfg.context_for("coder").redaction
     patterns = redaction.compile_patterns(red.patterns, use_defaults=red.default_patterns)
-    assert id(patterns) not in redaction._SCANNERS  # built lazily, on the first message
+    assert id(patterns) not in redaction_scan._SCANNERS  # built lazily, on the first message
     count, _ = build_counters(None)
     warm_process(cfg, count, None)
-    assert id(patterns) in redaction._SCANNERS
+    assert id(patterns) in redaction_scan._SCANNERS
 
 
 def test_an_unreadable_ca_file_does_not_stop_the_start(

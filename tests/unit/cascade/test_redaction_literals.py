@@ -10,22 +10,15 @@ import string
 from hypothesis import given, settings, strategies as st
 
 from bench.redaction_speed import before
-from proxy.cascade.redaction import (
-    REDACTED,
-    _candidates,
-    _fold,
-    _plan,
-    _scanner,
-    compile_patterns,
-    redact,
-)
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.cascade.redaction_scan import candidates, fold, plan_of, scanner_for
 
 PATTERNS = compile_patterns(())
 _reference_redact = before  # the plain loop: every pattern's subn, in order
 
 
 def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
-    starts = [_plan(p).starts for p in PATTERNS]
+    starts = [plan_of(p).starts for p in PATTERNS]
     assert starts == [
         ("-----BEGIN ",),
         ("-----BEGIN ",),
@@ -62,36 +55,36 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
     assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
         starts[-1]
     )
-    assert [_plan(p).folded for p in PATTERNS].count(True) == 7
+    assert [plan_of(p).folded for p in PATTERNS].count(True) == 7
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
-    assert _plan(PATTERNS[15]).keys == {"://": None}
+    assert plan_of(PATTERNS[15]).keys == {"://": None}
     # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
-    scanner = _scanner(PATTERNS)
+    scanner = scanner_for(PATTERNS)
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
     text = "x AKIA akia ghp_ ghx_ Token"
     found = scanner.find(text)
     assert found["akia"] == [2, 7] and found["ghp_"] == [12] and found["token"] == [22]
-    assert _candidates(found, text, _plan(PATTERNS[5]), 100) == [2]  # case-sensitive: exact only
-    assert _candidates(found, text, _plan(PATTERNS[-1]), 100) == [22]
+    assert candidates(found, text, plan_of(PATTERNS[5]), 100) == [2]  # case-sensitive: exact only
+    assert candidates(found, text, plan_of(PATTERNS[-1]), 100) == [22]
 
 
 def test_non_ascii_start_literals_make_a_plain_scan() -> None:
     # "Σ" lowers to "σ" or "ς" depending on what follows, so no position-keeping fold exists.
     pats = compile_patterns([r"ΑΣ=\w+", r"(?i)пароль=\w+"], use_defaults=False)
-    assert [_plan(p).starts for p in pats] == [(), ()]
+    assert [plan_of(p).starts for p in pats] == [(), ()]
     text = "ΑΣ=1 ΑΣΒ ПАРОЛЬ=x"
     assert redact(text, pats) == _reference_redact(text, pats) == (f"{REDACTED} ΑΣΒ {REDACTED}", 2)
 
 
 def test_patterns_without_a_start_literal_are_scanned_whole() -> None:
     pats = compile_patterns([r"\d{4}-\d{4}", r"a|b*"], use_defaults=False)
-    assert [_plan(p).starts for p in pats] == [(), ()]
+    assert [plan_of(p).starts for p in pats] == [(), ()]
     assert redact("card 1234-5678.", pats[:1]) == (f"card {REDACTED}.", 1)
 
 
 def test_fold_keeps_positions_of_every_case_insensitive_ascii_match() -> None:
     every = "".join(map(chr, range(0x80, 0x110000)))
-    folded = _fold(every)
+    folded = fold(every)
     assert len(folded) == len(every)
     # The non-ASCII characters ``re`` matches to an ASCII letter when ignoring case.
     twins = set(re.findall("(?i)[a-z]", every))
@@ -100,7 +93,7 @@ def test_fold_keeps_positions_of_every_case_insensitive_ascii_match() -> None:
         for shape in (letter, f"[{letter}]"):
             for ch in twins:
                 if re.fullmatch("(?i)" + shape, ch):
-                    assert _fold(ch) == letter.lower(), (hex(ord(ch)), letter)
+                    assert fold(ch) == letter.lower(), (hex(ord(ch)), letter)
     # The class finds them all: a scan of everything per letter (here the twins') finds no more.
     for letter in "sik":
         assert set(re.findall("(?i)" + letter, every)) <= twins
@@ -108,9 +101,9 @@ def test_fold_keeps_positions_of_every_case_insensitive_ascii_match() -> None:
 
 def test_dense_literals_fall_back_to_one_scan_with_the_same_result() -> None:
     text = "password " * 5000 + "token=abc123 " + "api_key" * 3000 + ": x"
-    plan = _plan(PATTERNS[-1])
-    found = _scanner(PATTERNS).find(text)
-    assert _candidates(found, text, plan, len(text) // 32 + 16) is None
+    plan = plan_of(PATTERNS[-1])
+    found = scanner_for(PATTERNS).find(text)
+    assert candidates(found, text, plan, len(text) // 32 + 16) is None
     assert redact(text, PATTERNS) == _reference_redact(text, PATTERNS)
     assert redact(text, PATTERNS)[1] == 2
 
@@ -118,7 +111,7 @@ def test_dense_literals_fall_back_to_one_scan_with_the_same_result() -> None:
 def _every_start(scanner: object, text: str) -> dict[str, list[int]]:
     """What ``find`` must report: each literal at every position it begins in the folded
     text, found the slow way."""
-    folded = _fold(text)
+    folded = fold(text)
     out = {
         literal: [i for i in range(len(folded)) if folded.startswith(literal, i)]
         for literal in scanner.literals  # type: ignore[attr-defined]
@@ -161,12 +154,12 @@ _OVERLAPPING = st.sampled_from(
 def test_find_reports_every_start_even_inside_another_match(text: str) -> None:
     # The automaton reports leftmost-first matches, which never overlap; the starts it skips
     # inside a match are checked separately, so nothing is lost.
-    scanner = _scanner(PATTERNS)
+    scanner = scanner_for(PATTERNS)
     assert scanner.find(text) == _every_start(scanner, text)
 
 
 def test_find_reports_literals_that_begin_where_another_one_does() -> None:
-    scanner = _scanner(PATTERNS)
+    scanner = scanner_for(PATTERNS)
     found = scanner.find("x AWS_SECRET_ACCESS_KEY sk-ant-")
     assert found["aws_secret_access_key"] == [2] and found["secret"] == [6]
     assert found["access_key"] == [13]
@@ -177,14 +170,14 @@ def test_find_reports_literals_that_begin_where_another_one_does() -> None:
 @settings(deadline=None)
 def test_find_reports_a_literal_overlapping_itself(text: str) -> None:
     pats = compile_patterns([r"aa\d", r"(?i)aba"], use_defaults=False)
-    scanner = _scanner(pats)
+    scanner = scanner_for(pats)
     assert scanner.find(text) == _every_start(scanner, text)
     assert redact(text, pats) == _reference_redact(text, pats)
 
 
 def test_case_sensitive_starts_that_lowercase_alike_keep_only_exact_hits() -> None:
     pats = compile_patterns([r"(?:AB|ab)\d", r"(?i)cd\d"], use_defaults=False)
-    assert _plan(pats[0]).keys == {"ab": ("AB", "ab")} and _plan(pats[1]).keys == {"cd": None}
+    assert plan_of(pats[0]).keys == {"ab": ("AB", "ab")} and plan_of(pats[1]).keys == {"cd": None}
     text = "Ab1 AB2 ab3 aB4 Cd5"
     assert redact(text, pats) == _reference_redact(text, pats)
     assert redact(text, pats) == (f"Ab1 {REDACTED} {REDACTED} aB4 {REDACTED}", 3)

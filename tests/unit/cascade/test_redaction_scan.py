@@ -16,7 +16,8 @@ from hypothesis import given, settings, strategies as st
 
 from bench.loadgen_workload import make_workload
 from bench.redaction_speed import before
-from proxy.cascade.redaction import REDACTED, _scanner, compile_patterns, redact
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.cascade.redaction_scan import scanner_for
 from tests.unit.cascade.test_redaction_literals import _every_start
 
 PATTERNS = compile_patterns(())
@@ -61,7 +62,7 @@ _PIECES = st.sampled_from(
 @given(st.lists(_PIECES, max_size=30).map("".join))
 @settings(max_examples=400, deadline=None)
 def test_find_reports_every_start_in_text_of_any_width(text: str) -> None:
-    scanner = _scanner(PATTERNS)
+    scanner = scanner_for(PATTERNS)
     assert scanner.find(text) == _every_start(scanner, text)
 
 

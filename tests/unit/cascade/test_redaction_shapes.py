@@ -13,6 +13,7 @@ import pytest
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.cascade.redaction_calls import redact_written
+from proxy.cascade.redaction_scan import plan_of
 
 _PATTERNS = compile_patterns(())
 
@@ -41,6 +42,9 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ),
         ("- name: DB_PASSWORD\n  value: |+\n    hunter2\n- name: A\n", "hunter2"),
         ("password: |\r\n  s3cr3t\r\n  two\r\nuser: bob\r\n", "s3cr3t\r\n  two"),
+        # a block in a unified diff, each line led by its mark (``+``, ``-``, a context blank)
+        ("+password: |\n+  s3cr3tline\n+\n+  more\n+user: bob\n", "s3cr3tline\n+\n+  more"),
+        (" db:\n+  password: >-\n+    s3cr3t\n     two\n   host: x\n", "s3cr3t\n     two"),
         # a block whose first line begins with a comment's mark, and no comment
         ("password: |\n  #hunter2x\nuser: bob\n", "#hunter2x"),
         # a comment after the block's indicator
@@ -51,6 +55,16 @@ _LONG_SECRET = json.dumps({"username": "admin", "dbpass": "hunter2pw", "cert": "
         ("grant_type=password&username=bob&password=p%40ss%26w0rd&scope=x", "p%40ss%26w0rd"),
         ("name=api_key&value=q8ZrT2mWx7&x=1", "q8ZrT2mWx7"),
         ("api%5Fkey=q8ZrT2mWx7&x=1", "q8ZrT2mWx7"),
+        # an ``&`` in a value no form body holds: a separator with blanks or a colon (a
+        # form writes ``name=value``), and an ``&`` followed by no ``name=``
+        ("password: ab&cd=ef\n", "ab&cd=ef"),
+        ("  db_password: p@ss&w0rd=1\n", "p@ss&w0rd=1"),
+        ("PASSWORD = ab&cd=ef", "ab&cd=ef"),
+        ("secret => k9&x=y", "k9&x=y"),
+        ("password=ab&cd", "ab&cd"),
+        # a key glued to a word before it, in a comment or a name, is a key
+        ("#password: hunter2x\n", "hunter2x"),
+        ("mypassword: q9xk2\n", "q9xk2"),
         # a string holding JSON under a secret's key, past the quoted value's usual bound
         (
             json.dumps({"Name": "prod/db", "SecretString": _LONG_SECRET}),
@@ -87,6 +101,11 @@ def test_a_secret_in_these_shapes_is_redacted(text: str, secret: str) -> None:
         "env:\n  - password: |\n  - name: LOG_LEVEL\n    value: debug\n",
         "db:\n  password: >-\n  # rotated monthly\n  user: bob\n",
         "query=tokens&sort=asc&page=2",
+        # a keyword that an English word after it makes no key's name
+        "secretary: Alice Smith",
+        "the secretariat: UN",
+        "passwordless: enabled",
+        "It was secretly: done",
         # an opening quote in prose: a long line after it is no string
         'Set the password: "' + "then restart the service and wait " * 20 + "\nok",
         'x = {"value": self.value, "name": name}',
@@ -163,6 +182,49 @@ def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
         text = json.dumps({"Name": "prod/cert", "SecretBinary": "QUJD" * (size // 4), "V": 1})
         out, n = redact(text, _PATTERNS)
         assert (out, n) == (json.dumps({"Name": "prod/cert", "SecretBinary": REDACTED, "V": 1}), 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("password: |\n  user: admin\n  hunter2\nhost: db\n", "user: admin\n  hunter2"),
+        ("db:\n  password: >-\n    user: x\n    pass: y\n  host: db\n", "user: x\n    pass: y"),
+        ("@@ -0,0 +1,3 @@\n+  token: |\n+    - k9x\n+    # s3cr3t\n", "- k9x\n+    # s3cr3t"),
+        ("+token: |\n+  - k9x\n", "- k9x"),
+        ("     3\t  secret: |\n     4\t    a: b8x\n     5\t  c: 1\n", "a: b8x"),
+    ],
+)
+def test_a_block_whose_first_line_reads_as_yaml_is_the_blocks_when_it_is_deeper(
+    text: str, secret: str
+) -> None:
+    """A block's first line indented past its key's line is the block's, whatever it reads
+    as (a mapping's key, a list's item, a comment): the block was read as empty, its lines
+    as the key's siblings, and the secret in them went upstream. At the key's own
+    indentation such a line is a sibling (``test_ordinary_text_in_these_shapes_is_kept``)."""
+    for written in (text, json.dumps({"content": text})):
+        expected = written.replace(
+            secret if written is text else json.dumps(secret)[1:-1], REDACTED
+        )
+        assert redact(written, _PATTERNS) == (expected, 1)
+        assert redact(expected, _PATTERNS) == (expected, 0)
+
+
+def test_the_keyed_pass_looks_for_its_keys_column_only_at_a_keywords_first_letter() -> None:
+    """Its lookahead names the keywords' first letters: one missing there would never be
+    read as a key."""
+    keyed = _PATTERNS[-1]
+    assert keyed.pattern.startswith("(?i)(?=[acpst])")
+    assert {start[0] for start in plan_of(keyed).starts} <= set("acpst")
+
+
+def test_a_block_removed_and_added_in_a_diff_loses_both() -> None:
+    """A diff that rotates a block scalar's secret shows the old lines and the new, each led
+    by its mark: read as plain YAML, neither block had a line, and both secrets leaked."""
+    text = "@@ -1,3 +1,3 @@\n-password: |\n-  oldsecret\n+password: |\n+  newsecret\n user: x\n"
+    out, n = redact(text, _PATTERNS)
+    assert (out, n) == (text.replace("oldsecret", REDACTED).replace("newsecret", REDACTED), 2)
+    written = json.dumps({"patch": text})  # an apply_patch call's arguments
+    assert redact(written, _PATTERNS) == (json.dumps({"patch": out}), 2)
 
 
 @pytest.mark.parametrize("text", ["secret=>-\n    hunter2\n", "token =>|\n  x\n", "pwd=> # c\n  y"])
@@ -244,13 +306,17 @@ def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
     assert n == 2 and read == {"content": f"password: |  # old pwd: {REDACTED}\n  {REDACTED}\n"}
 
 
-def test_a_string_longer_than_the_bound_loses_its_bound_at_least() -> None:
-    """A quoted value longer than the bound is redacted to it, not left whole: read only to
-    its closing quote, it was no value at all, and the secret leaked entire."""
-    for text in ('{"secret": "' + "Q" * ((1 << 20) + 7) + '"}',):
-        for written in (text, json.dumps({"content": text})):
+def test_a_string_longer_than_a_mebibyte_is_redacted_whole() -> None:
+    """A quoted value past 1 MiB (a Kubernetes Secret's limit) is redacted to its closing
+    quote: read to that limit, its tail past it went upstream, and a second pass never read
+    it (the value then begins with the marker)."""
+    for text in ('{"secret": "' + "Q" * ((1 << 20) + 7) + '"}', 'password: "' + "Q" * (3 << 20)):
+        for written in (text, json.dumps({"content": text + '"'})):
             out, n = redact(written, _PATTERNS)
-            assert n == 1 and out.count("Q") == 7 and redact(out, _PATTERNS) == (out, 0)
+            assert n == 1 and "Q" not in out and redact(out, _PATTERNS) == (out, 0)
+    # one left open at its line's end past 1 MiB is no prose: all of its line goes
+    text = 'password: "' + "Q" * ((1 << 20) + 7) + "\nnext"
+    assert redact(text, _PATTERNS) == ('password: "' + REDACTED + "\nnext", 1)
 
 
 @pytest.mark.parametrize(

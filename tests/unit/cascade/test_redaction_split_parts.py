@@ -14,13 +14,13 @@ from hypothesis import given, settings, strategies as st
 from proxy.cascade import redaction
 from proxy.cascade.redaction import (
     REDACTED,
-    _starts,
     compile_patterns,
     redact,
     redact_message,
 )
 from proxy.cascade.redaction_calls import redact_written
 from proxy.cascade.redaction_parts import redact_across
+from proxy.cascade.redaction_scan import starts_of
 from tests.unit.cascade.fake_credentials import AWS_ID, GITHUB, JWT, OPENAI, PEM
 
 PATTERNS = compile_patterns(())
@@ -85,7 +85,7 @@ def test_the_pieces_joined_are_the_joined_text_redacted(words: list[str], cuts: 
     text = "".join(words)
     at = sorted({c % (len(text) + 1) for c in cuts})
     pieces = [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
-    for starts in (None, _starts(PATTERNS)):  # everywhere, or where a match can begin
+    for starts in (None, starts_of(PATTERNS)):  # everywhere, or where a match can begin
         out, n = redact_across(pieces, PATTERNS, starts)
         assert ("".join(out), n) == redact(text, PATTERNS)
         assert len(out) == len(pieces)

@@ -59,3 +59,25 @@ def test_content_and_parts_keep_their_shape_and_media_is_left_as_sent() -> None:
     assert n == 1 and read["content"] == {"note": f"password: {REDACTED}", "n": 2}
     plain = {"role": "user", "name": "alice", "content": [image, {"type": "input_audio"}]}
     assert redact_written(plain, _PATTERNS) == (plain, 0)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "document", "source": {"type": "text", "data": f"password: {_SECRET}"}},
+        {"type": "tool_result", "content": [{"type": "text", "text": f"token={_SECRET}"}]},
+        {"type": "custom_note", "body": f"api_key: {_SECRET}", "n": 2},
+    ],
+)
+def test_an_object_part_of_a_type_no_model_reads_as_media_loses_its_secret(
+    part: dict[str, Any],
+) -> None:
+    """A part of a type the proxy does not know (an Anthropic-shaped ``document`` or
+    ``tool_result`` a lenient gateway reads, a client's own) is text the model may read, and
+    is stored: its entries are redacted as its JSON text, keeping its shape; a media part's
+    (an image's data) are left as sent."""
+    msg = {"role": "user", "content": [{"type": "text", "text": "see"}, part]}
+    read, n = redact_written(msg, _PATTERNS)
+    assert n == 1 and _SECRET not in str(read) and REDACTED in str(read["content"][1])
+    assert read["content"][1].keys() == part.keys() and read["content"][0] == msg["content"][0]
+    assert redact_written(read, _PATTERNS) == (read, 0)

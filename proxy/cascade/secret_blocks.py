@@ -1,0 +1,122 @@
+"""A YAML block scalar under a secret's key (``password: |`` then its indented lines), as
+:mod:`proxy.cascade.secret_patterns` reads it for a value: :data:`BLOCK`, its indicator and
+its lines, in bare text or JSON text, plain, in a numbered file view or in a unified diff.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BLANK", "BLOCK", "INDICATOR", "KEYED_BLOCK", "KEY_COLUMN", "NL"]
+
+# A space or tab around a key's separator; a tab is an escape in JSON text (``token:\tvalue``).
+BLANK = r"(?:[ \t]|\\t)"
+# A line's end, bare or escaped as JSON text writes it.
+NL = r"(?:\r?\n|(?:\\r)?\\n)"
+# A YAML block scalar's indicator (``password: |``, ``password: >-``) at its line's end, or a
+# comment's (``password: |  # PEM``): the block's lines, on the next, are the value.
+INDICATOR = (
+    r"[|>][+-]?[1-9]?[+-]?(?:"
+    + BLANK
+    + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}+|"
+    + BLANK
+    + r"{0,8})(?=[\r\n]|\\[rn]|$)"
+)
+# A first line that is no block's when the key's indentation is not known: a mapping's key,
+# a list's item or a comment (a blank after its mark: ``#a8f…`` is a password), which after
+# an empty block (``password: |`` then ``user: bob``) are its siblings; a numbered line, whose
+# every line is indented alike (``_block``). Read as a block, each took every line after it
+# at that indentation. Where it is known (``KEY_COLUMN``), a first line indented past the
+# key's is the block's, whatever it reads as (``_DEEPER``).
+_NUMBERED = r"[0-9]{1,9}(?:\t|\\t|\u2192|\\u2192)"
+_NOT_BLOCK = (
+    r"(?![\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:(?:" + BLANK + "|" + NL + r"|$)"
+    r"|[-#](?:" + BLANK + "|" + NL + r"|$)|" + _NUMBERED + ")"
+)
+# How many blanks begin a key's line before it, as the keyed pass reads it: ``KEY_COLUMN``,
+# at the key's start, sets group ``column<n>`` when the key begins its line after ``n``
+# blanks (the line's end, bare or escaped, a numbered view's number, a diff's ``+`` or
+# ``-``, the text's or a JSON value's start before them: none is a blank, so one ``n``
+# fits); a key after other text (``DB_PASSWORD`` at ``PASSWORD``) sets none. ``_DEEPER``,
+# after a block's first indentation, holds when that is deeper.
+_COLUMNS = 9
+_LINE_START = (
+    *(r"[\n\t\u2192]", r"\\[nt]", r"\n[+\-]", r"\\n[+\-]", r"^[+\-]", "^"),
+    *(r':"', r': "', r':"[+\-]', r': "[+\-]'),  # a JSON string's start: a file as its value
+)
+
+
+def _column(n: int) -> str:
+    """Sets ``column<n>`` (or a deeper one) where a line's start and ``n`` blanks (or more)
+    are just before: each level is tried only past one more blank, so a key after a word
+    costs a look or two."""
+    here = "(?:" + "|".join(f"(?<={s}{' ' * n})" for s in _LINE_START) + f")(?P<column{n}>)"
+    if n + 1 == _COLUMNS:
+        return here
+    return f"(?:{here}|(?<={' ' * (n + 1)}){_column(n + 1)})"
+
+
+# Never after a word's character (``get_token``, ``apiToken``): no start or blank is one.
+KEY_COLUMN = r"(?:(?<![^\s\"+\-\u2192nt])" + _column(0) + ")?+"
+_DEEPER = "(?:" + "|".join(f"(?(column{n})(?<= {{{n + 1}}})|(?!))" for n in range(_COLUMNS)) + ")"
+
+# The block's lines: each as indented as its first (kept, so the block stays YAML), blank
+# lines between them too. In bare text a line ends at its line's end alone (a backslash or a
+# quote is the line's); in JSON text (a call's arguments, a tool's JSON output) at an escaped
+# one, or at the quote that closes the string holding the file (written with no line's end
+# after the block), so the text stays JSON. Each form: its line's end, a line, and what
+# follows a line's number: a tab (``cat -n``, editor tools' views), an arrow (Claude Code's
+# Read tool) or a colon (SWE-agent's ``open``).
+_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
+_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
+
+
+def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool) -> str:
+    """A block scalar's lines after its indicator, in ``form``, each led by ``lead``: nothing,
+    its number (``numbered``: a file read with its lines numbered, the file's own
+    indentation after it telling the block's lines), or a unified diff's mark (``diff``:
+    ``+password: |`` then ``+  line``; the first line added or removed, a later one of
+    context too, which the plain reading takes for indentation and so never reads past).
+    Group ``secret<name>`` holds them, ``indent<name>`` their indentation. When ``keyed``,
+    the pattern begins with ``KEY_COLUMN``, and a first line deeper than the key's is the
+    block's whatever it reads as."""
+    nl, line, tab = form
+    first = later = ""
+    if lead == "numbered":
+        first = later = r"[ \t]{0,8}+[0-9]{1,9}+" + tab
+    elif lead == "diff":
+        first, later = r"[+\-]", r"[+\- ]"
+    blanks = r"(?:" + nl + later + r"[ \t]{0,64}+(?=" + nl + r")){0,8}"
+    return (
+        blanks
+        + nl
+        + first
+        + f"(?P<indent{name}>[ \\t]{{1,64}}+)"
+        + r"(?!\[REDACTED\])"
+        + (f"(?:{_DEEPER}(?!{_NUMBERED})|{_NOT_BLOCK})" if keyed else _NOT_BLOCK)
+        + f"(?P<secret{name}>"
+        + line
+        + r"(?:"
+        + blanks
+        + nl
+        + later
+        + f"(?P=indent{name})"
+        + line
+        + r"){0,2000})"
+    )
+
+
+def _blocks(keyed: bool) -> str:
+    return (
+        INDICATOR
+        + "(?:"
+        + "|".join(
+            _block(form, lead, kind + lead, keyed)
+            for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
+            for lead in ("", "numbered", "diff")
+        )
+        + ")"
+    )
+
+
+BLOCK = _blocks(keyed=False)
+KEYED_BLOCK = _blocks(keyed=True)
+"""The block for a pattern that begins with ``KEY_COLUMN``."""
