@@ -15,7 +15,7 @@ from typing import Any
 from proxy.errors import BELOW_MIN, EMPTY_ARRAY, INVALID_TYPE, MISSING, ClientRequestError
 from proxy.jsonio import dumps
 
-__all__ = ["COUNTS", "check_body"]
+__all__ = ["COUNTS", "check_body", "is_count"]
 
 
 # Fields the proxy reads or extends before forwarding: a wrong type is the client's error
@@ -45,18 +45,27 @@ def check_body(body: dict[str, Any], checked: int = 0) -> None:
         )
     for name in COUNTS:
         value = body.get(name)
-        if value is not None and (type(value) is not int or value < 1):
+        if value is not None and (not is_count(value) or value < 1):
             raise ClientRequestError(
                 f"'{name}' must be an integer of at least 1 (got {_shown(value)})",
                 param=name,
-                code=INVALID_TYPE if type(value) is not int else BELOW_MIN,
+                code=BELOW_MIN if is_count(value) else INVALID_TYPE,
             )
     _check_messages(body, checked)
 
 
 # Counts the proxy reads (the output its budget reserves; several choices, which take no
-# read_tool_output): a string, boolean or float was read as no count, or true as 1.
+# read_tool_output): a string, boolean or fraction was read as no count, or true as 1.
 COUNTS = ("max_tokens", "max_completion_tokens", "n")
+
+
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is a JSON integer: an int, or a float with no fraction (``100.0``,
+    ``1e3``), which JSON Schema, and so OpenAI's reference, takes as an integer. Such a
+    float is read as its whole value and forwarded as it came."""
+    if type(value) is float:
+        return value.is_integer()
+    return type(value) is int
 
 
 def _shown(value: Any) -> str:
