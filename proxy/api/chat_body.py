@@ -100,11 +100,25 @@ def _check_messages(body: dict[str, Any], checked: int = 0) -> None:
     ):
         return  # the common case, in one pass over what is new since the last request
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        if not isinstance(m, dict):
             raise ClientRequestError(
-                f"messages[{i}] must be an object with a string 'role'",
+                f"messages[{i}] must be an object (got {_shown(m)})",
                 param=f"messages[{i}]",
-                code=MISSING if isinstance(m, dict) and m.get("role") is None else INVALID_TYPE,
+                code=INVALID_TYPE,
+            )
+        # OpenAI names the field itself: "Missing required parameter: 'messages[0].role'."
+        role = m.get("role")
+        if role is None:
+            raise ClientRequestError(
+                f"missing required parameter 'messages[{i}].role'",
+                param=f"messages[{i}].role",
+                code=MISSING,
+            )
+        if not isinstance(role, str):
+            raise ClientRequestError(
+                f"messages[{i}].role must be a string (got {_shown(role)})",
+                param=f"messages[{i}].role",
+                code=INVALID_TYPE,
             )
         if type(m.get("tool_call_id", "")) not in _ID_TYPES:
             raise ClientRequestError(
