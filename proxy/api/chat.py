@@ -35,7 +35,7 @@ from proxy.api.deps import (
     upstream_headers,
     upstream_query,
 )
-from proxy.api.openapi import BODY_ERRORS, RELAYED_ERROR_SCHEMA
+from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY, RELAYED_ERROR_SCHEMA
 from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
@@ -301,14 +301,14 @@ async def session_model(
     return await _passthrough(request, upstream, cfg, _model_path(model), named=True)
 
 
-@router.post("/v1/embeddings", responses=BODY_ERRORS)
+@router.post("/v1/embeddings", responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
 async def embeddings(
     request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
     return await _passthrough(request, upstream, cfg, "/embeddings", model_in_body=True)
 
 
-@router.post("/s/{session_id}/v1/embeddings", responses=BODY_ERRORS)
+@router.post("/s/{session_id}/v1/embeddings", responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
 async def session_embeddings(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
