@@ -17,11 +17,17 @@ provider refused (the console does).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from proxy.config import ProviderConfig
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
+
+if TYPE_CHECKING:
+    import httpx
+
+    from proxy.answers import Answer, StreamAnswer
 
 __all__ = ["relayed"]
 
@@ -30,20 +36,15 @@ _QUOTED = 300
 
 
 def relayed(
-    provider: ProviderConfig, status: int, body: bytes, headers: dict[str, str]
+    provider: ProviderConfig, answer: Answer | StreamAnswer, body: bytes, headers: dict[str, str]
 ) -> tuple[bytes, dict[str, str]]:
-    """The body and headers the client gets for a provider's error answer (``body``
+    """The body and headers the client gets for a provider's error ``answer`` (``body``
     already scrubbed of the credential sent): as they came, but for a 401 (module doc)."""
-    if status != 401:
+    if answer.status_code != 401:
         return body, headers
     error = _error(body)
-    said = _said(error, body)
-    whose = (
-        "the proxy's own key for it, which its operator sets (apiKeyEnv)"
-        if provider.own_key(os.environ)
-        else "the key the client sent, which the proxy forwards"
-    )
-    message = f"{provider_name(provider)} answered 401 to {whose}: {said}"
+    message = f"{provider_name(provider)} answered 401 to {_whose(provider, answer.request)}"
+    message += f": {_said(error, body)}"
     out = {
         "message": message,
         "type": _text(error, "type") or "invalid_request_error",
@@ -52,6 +53,18 @@ def relayed(
     }
     kept = {k: v for k, v in headers.items() if k != "content-type"}
     return dumps({"error": out}), {**kept, "content-type": "application/json"}
+
+
+def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
+    """Whose credential the call carried, by where ``Upstream`` takes it from."""
+    if provider.own_key(os.environ):
+        return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
+    sent = request.headers.get("authorization") if request is not None else None
+    if not sent:
+        return "no key: none is set for it (apiKeyEnv) and the client's is not forwarded"
+    if sent.lower().startswith("basic ") and urlsplit(provider.base_url).username:
+        return "the user and password in its baseUrl"
+    return "the key the client sent, which the proxy forwards"
 
 
 def _error(body: bytes) -> dict[str, Any] | None:

@@ -244,7 +244,7 @@ async def _passthrough(
         log_relayed(provider, resp.status_code)
     elif model_in_body:  # an embeddings call: its tokens, as the provider reports them
         note_usage(model or "", resp.usage(), "embeddings")
-    content, headers = relayed(provider, resp.status_code, resp.content, response_headers(resp))
+    content, headers = relayed(provider, resp, resp.content, response_headers(resp))
     return Response(content, resp.status_code, headers)
 
 

@@ -141,7 +141,7 @@ class Forwarder:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort(learned(step, resp.status_code, resp.content, messages))
                     body, headers = relayed(
-                        step.route.provider, resp.status_code, resp.content, response_headers(resp)
+                        step.route.provider, resp, resp.content, response_headers(resp)
                     )
                     return Response(body, resp.status_code, headers)
                 data = completion(resp, step.route.provider)

@@ -50,7 +50,7 @@ async def read_refusal(resp: StreamAnswer, provider: ProviderConfig) -> Response
         raw = await resp.aread(answers.MAX_ANSWER_BYTES)
     finally:
         await resp.aclose()
-    body, headers = relayed(provider, resp.status_code, raw, response_headers(resp))
+    body, headers = relayed(provider, resp, raw, response_headers(resp))
     return Response(body, resp.status_code, headers)
 
 

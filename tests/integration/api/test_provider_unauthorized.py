@@ -86,3 +86,24 @@ def test_the_proxys_own_key_refused_says_so_and_the_sdk_reads_it(
     assert raised.value.code == "invalid_api_key"
     assert "the proxy's own key for it" in raised.value.message
     assert PROVIDER_KEY not in raised.value.message
+
+
+def test_a_401_to_a_call_that_carried_no_key_says_so(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With proxy keys and no ``apiKeyEnv``, the client's bearer (a proxy key) stays back and
+    the provider is called without one: the client's key is not the one to check."""
+    monkeypatch.setenv("CASCADE_TEST_401_PROXY_KEY", CLIENT_KEY)
+    auth = {"keys": [{"keyEnv": "CASCADE_TEST_401_PROXY_KEY", "tenant": "t"}]}
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url, auth=auth))
+    missing = {"error": {"message": "You didn't provide an API key.", "code": None}}
+    fake_upstream.script(error(401, missing), endpoint=MODELS)
+    with httpx.Client(
+        base_url=proxy.origin, headers={"authorization": f"Bearer {CLIENT_KEY}"}
+    ) as http:
+        err = _shaped(http.get("/v1/models"), "You didn't provide", "no key: none is set")
+    assert "the client's is not forwarded" in str(err["message"])
+    assert "authorization" not in fake_upstream.requests[-1].headers
