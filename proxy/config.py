@@ -101,8 +101,13 @@ class ProviderConfig(Block):
 
 
 class ModelConfig(Block):
+    """``systemMessages``: whether the model takes a system message, for the proxy's own
+    instructions (unset: all but OpenAI's ``o1-mini`` and ``o1-preview``;
+    ``services/system_role.py``)."""
+
     context_limit: int = Field(default=128_000, gt=0)
     reserved_output: int = Field(default=4096, ge=0)
+    system_messages: bool | None = None
 
 
 class AgentConfig(Block):

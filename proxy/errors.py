@@ -16,7 +16,9 @@
       ├ ClientDisconnected (499: the client went away before its answer; only logged)
       └ ConfigError (config.py; never reaches a client)
 
-Upstream non-2xx responses are *not* wrapped: they are relayed byte for byte.
+Upstream non-2xx responses are *not* wrapped: they are relayed byte for byte (less the
+credential sent), but for a 401, answered OpenAI-shaped naming the provider
+(``provider_refusal``).
 """
 
 from __future__ import annotations

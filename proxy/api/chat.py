@@ -35,10 +35,11 @@ from proxy.api.deps import (
     upstream_headers,
     upstream_query,
 )
-from proxy.api.openapi import BODY_ERRORS, RELAYED_ERROR_SCHEMA
+from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY, RELAYED_ERROR_SCHEMA
 from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
+from proxy.provider_refusal import relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
 from proxy.services.client_watch import ClientWatch
@@ -243,7 +244,8 @@ async def _passthrough(
         log_relayed(provider, resp.status_code)
     elif model_in_body:  # an embeddings call: its tokens, as the provider reports them
         note_usage(model or "", resp.usage(), "embeddings")
-    return Response(resp.content, resp.status_code, response_headers(resp))
+    content, headers = relayed(provider, resp, resp.content, response_headers(resp))
+    return Response(content, resp.status_code, headers)
 
 
 @router.get("/v1/models")
@@ -301,14 +303,14 @@ async def session_model(
     return await _passthrough(request, upstream, cfg, _model_path(model), named=True)
 
 
-@router.post("/v1/embeddings", responses=BODY_ERRORS)
+@router.post("/v1/embeddings", responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
 async def embeddings(
     request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
     return await _passthrough(request, upstream, cfg, "/embeddings", model_in_body=True)
 
 
-@router.post("/s/{session_id}/v1/embeddings", responses=BODY_ERRORS)
+@router.post("/s/{session_id}/v1/embeddings", responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
 async def session_embeddings(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:

@@ -15,7 +15,7 @@ from typing import Any
 from proxy.errors import BELOW_MIN, EMPTY_ARRAY, INVALID_TYPE, MISSING, ClientRequestError
 from proxy.jsonio import dumps
 
-__all__ = ["COUNTS", "check_body"]
+__all__ = ["COUNTS", "check_body", "is_count"]
 
 
 # Fields the proxy reads or extends before forwarding: a wrong type is the client's error
@@ -45,18 +45,27 @@ def check_body(body: dict[str, Any], checked: int = 0) -> None:
         )
     for name in COUNTS:
         value = body.get(name)
-        if value is not None and (type(value) is not int or value < 1):
+        if value is not None and (not is_count(value) or value < 1):
             raise ClientRequestError(
                 f"'{name}' must be an integer of at least 1 (got {_shown(value)})",
                 param=name,
-                code=INVALID_TYPE if type(value) is not int else BELOW_MIN,
+                code=BELOW_MIN if is_count(value) else INVALID_TYPE,
             )
     _check_messages(body, checked)
 
 
 # Counts the proxy reads (the output its budget reserves; several choices, which take no
-# read_tool_output): a string, boolean or float was read as no count, or true as 1.
+# read_tool_output): a string, boolean or fraction was read as no count, or true as 1.
 COUNTS = ("max_tokens", "max_completion_tokens", "n")
+
+
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is a JSON integer: an int, or a float with no fraction (``100.0``,
+    ``1e3``), which JSON Schema, and so OpenAI's reference, takes as an integer. Such a
+    float is read as its whole value and forwarded as it came."""
+    if type(value) is float:
+        return value.is_integer()
+    return type(value) is int
 
 
 def _shown(value: Any) -> str:
@@ -91,11 +100,25 @@ def _check_messages(body: dict[str, Any], checked: int = 0) -> None:
     ):
         return  # the common case, in one pass over what is new since the last request
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        if not isinstance(m, dict):
             raise ClientRequestError(
-                f"messages[{i}] must be an object with a string 'role'",
+                f"messages[{i}] must be an object (got {_shown(m)})",
                 param=f"messages[{i}]",
-                code=MISSING if isinstance(m, dict) and m.get("role") is None else INVALID_TYPE,
+                code=INVALID_TYPE,
+            )
+        # OpenAI names the field itself: "Missing required parameter: 'messages[0].role'."
+        role = m.get("role")
+        if role is None:
+            raise ClientRequestError(
+                f"missing required parameter 'messages[{i}].role'",
+                param=f"messages[{i}].role",
+                code=MISSING,
+            )
+        if not isinstance(role, str):
+            raise ClientRequestError(
+                f"messages[{i}].role must be a string (got {_shown(role)})",
+                param=f"messages[{i}].role",
+                code=INVALID_TYPE,
             )
         if type(m.get("tool_call_id", "")) not in _ID_TYPES:
             raise ClientRequestError(

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "BODY_ERRORS",
+    "EMBEDDINGS_BODY",
     "ERROR_SCHEMA",
     "RELAYED_ERROR_SCHEMA",
     "SESSION_ID_PATTERN",
@@ -73,6 +74,41 @@ BODY_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 """The errors of a route that forwards a JSON body as it came (embeddings): the chat
 routes', but for the fields only a chat's check reads."""
+
+
+_TOKENS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
+EMBEDDINGS_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["model", "input"],
+                    "additionalProperties": True,
+                    "properties": {
+                        "model": {"type": "string"},
+                        "input": {
+                            "description": "A text, or up to 2048 texts or token arrays.",
+                            "anyOf": [
+                                {"type": "string"},
+                                {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                                _TOKENS,
+                                {"type": "array", "minItems": 1, "items": _TOKENS},
+                            ],
+                        },
+                        "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+                        "dimensions": {"type": "integer", "minimum": 1},
+                        "user": {"type": "string"},
+                    },
+                }
+            }
+        },
+    }
+}
+"""The embeddings routes' body, as OpenAI's ``CreateEmbeddingRequest`` has it (``model`` and
+``input`` required). The proxy reads none of it but ``model`` (its metrics' label) and sends
+the bytes as they came: a field of another type is the provider's 400, relayed."""
 
 
 def amend(schema: dict[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,9 @@ caches stays put through an agent's tool loop.
 
 This stage only places the text: appended to the first message when it is a system or
 developer message (a new text part when its content is a list of parts), or, when the
-prompt starts with neither, as a system message of its own at the top. The window is not
-touched, so the block is never stored as a message a client sent. A first message that
+prompt starts with neither, as a system message of its own at the top (sent as a user
+message to a model that takes no system message: ``services/system_role.py``). The window
+is not touched, so the block is never stored as a message a client sent. A first message that
 already holds a block this stage rendered (a client that resends the prompt it was sent)
 has it replaced where it stands by the current one, or left out with no block to send (a
 first message that is the block alone, the proxy's own system message resent, with it): it

@@ -43,8 +43,9 @@ def reserved_output(body: Mapping[str, Any], limits: ModelConfig) -> int:
     model's default."""
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
+        # a whole float (100.0) is the count it writes (chat_body.is_count), as JSON reads it
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return int(value)
     return limits.reserved_output
 
 

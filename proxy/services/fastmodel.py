@@ -24,6 +24,7 @@ from proxy.credentials import scrub_text
 from proxy.errors import UpstreamBadResponse
 from proxy.observe import note_bad_answer, note_usage
 from proxy.provider_errors import provider_name
+from proxy.services.system_role import as_user, takes_system
 
 __all__ = [
     "REASONING_ROOM",
@@ -170,9 +171,12 @@ async def post_fast_model(upstream: Any, job: Any, body: dict[str, Any]) -> Any:
     one is asked again as one, and its name learned (``_LEARNED``); a provider that asks for
     a stream for the output bound (``_wants_stream``) is asked again streamed, and the
     model called so from then on (``_STREAMED``, ``_post_streamed``): at most four calls.
+    A model that takes no system message gets the prompt's as a user message.
     Each is learned once a retry is taken (``_taken``), not from the refusal's words."""
     model, window, at = job.fast_model, job.fast_limits.context_limit, job.provider.base_url
     reasoning, streamed = _reasoning(model, at), (at, model) in _STREAMED
+    if not takes_system(model, job.fast_limits):  # its instructions as a user message
+        body = {**body, "messages": as_user(body["messages"])}
     sent = for_model(model, body, window, at=at)
     resp = await (_post_streamed if streamed else _post)(upstream, job, sent)
     as_reasoning = not reasoning and _refuses_max_tokens(resp)

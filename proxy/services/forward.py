@@ -28,6 +28,7 @@ from proxy.cascade.types import Message
 from proxy.jsonio import dumps
 from proxy.observe import note_answer
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
+from proxy.provider_refusal import relayed
 from proxy.services import deltas
 from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.internal_rounds import (
@@ -139,7 +140,10 @@ class Forwarder:
                 if resp.status_code >= 400:
                     log_relayed(step.route.provider, resp.status_code)
                     await turn.abort(learned(step, resp.status_code, resp.content, messages))
-                    return Response(resp.content, resp.status_code, response_headers(resp))
+                    body, headers = relayed(
+                        step.route.provider, resp, resp.content, response_headers(resp)
+                    )
+                    return Response(body, resp.status_code, headers)
                 data = completion(resp, step.route.provider)
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
@@ -183,7 +187,7 @@ class Forwarder:
             if done and not opened:  # after the 200, a refusal is the stream's error frame
                 resp = send.result()
                 if resp.status_code >= 400:
-                    refused = await read_refusal(resp)
+                    refused = await read_refusal(resp, step.route.provider)
                     log_relayed(step.route.provider, resp.status_code)
                 headers = response_headers(resp)
             else:
@@ -239,7 +243,7 @@ class Forwarder:
                 async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
                     due = None  # a comment went out: the next is an interval later
                     yield client.emit(comment)
-                resp, error, refusal = await round_response(send)
+                resp, error, refusal = await round_response(send, step.route.provider)
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
                     calibration = learned(step, refusal.status_code, refusal.body, messages)

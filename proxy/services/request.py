@@ -24,6 +24,7 @@ from proxy.services.client_watch import WAITING, ClientWatch
 from proxy.services.compaction import CompactionResult
 from proxy.services.history import SessionState
 from proxy.services.prep_wait import PrepWait
+from proxy.services.system_role import as_user, takes_system
 from proxy.session_id import SessionKey, strip_proxy_fields
 
 __all__ = ["ChatContext", "Route", "Step"]
@@ -84,9 +85,13 @@ class Step:
         """The body sent upstream for a round's ``messages``: the client's, without the
         proxy's own fields, for the route's model, with ``read_tool_output`` offered when the
         step offers it, and a stream's usage asked for unless ``usage`` is off (a provider
-        refusing ``stream_options``, ``usage_option.py``)."""
+        refusing ``stream_options``, ``usage_option.py``). For a model that takes no system
+        message, the proxy's own (the memory block's) goes as a user message
+        (``system_role.py``)."""
         body = strip_proxy_fields(self.body)
         body["model"] = self.route.model
+        if not takes_system(self.route.model, self.route.limits):  # its memory block
+            messages = as_user(messages, self.assembled.injected)
         body["messages"] = messages
         if self.assembled.offer_read_tool:
             body["tools"] = [*(body.get("tools") or []), READ_TOOL_SCHEMA]

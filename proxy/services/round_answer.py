@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator
 from starlette.responses import Response
 
 from proxy import answers, sse
+from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.logs import causes
+from proxy.provider_refusal import relayed
 from proxy.upstream import StreamAnswer, response_headers
 
 __all__ = ["drop", "keepalive_until", "read_refusal", "round_response"]
@@ -41,18 +43,19 @@ async def keepalive_until(
             yield sse.KEEPALIVE
 
 
-async def read_refusal(resp: StreamAnswer) -> Response:
+async def read_refusal(resp: StreamAnswer, provider: ProviderConfig) -> Response:
     """A provider's error answer (a status of 400 or more) read whole and closed, as the
-    response that relays it as it came."""
+    response that relays it as it came (a 401 naming ``provider``: ``provider_refusal``)."""
     try:
         raw = await resp.aread(answers.MAX_ANSWER_BYTES)
     finally:
         await resp.aclose()
-    return Response(raw, resp.status_code, response_headers(resp))
+    body, headers = relayed(provider, resp, raw, response_headers(resp))
+    return Response(body, resp.status_code, headers)
 
 
 async def round_response(
-    send: asyncio.Future[StreamAnswer],
+    send: asyncio.Future[StreamAnswer], provider: ProviderConfig
 ) -> tuple[StreamAnswer, bytes | None, Response | None]:
     """The round's answer, or the error frame for it (with a provider's error status,
     also its response, for a stream that has sent nothing yet)."""
@@ -65,7 +68,7 @@ async def round_response(
     if resp.status_code < 400:
         return resp, None, None
     try:
-        refusal = await read_refusal(resp)
+        refusal = await read_refusal(resp, provider)
     except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
         return resp, _failed(exc, exc.status_code, exc.code), None
     body = bytes(refusal.body).decode("utf-8", "replace")[:2000]

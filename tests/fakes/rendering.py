@@ -31,6 +31,7 @@ from tests.fakes.replies import (
     RecordedRequest,
     Reply,
     Responder,
+    _error_body,
     raw,
 )
 
@@ -290,6 +291,23 @@ def render(response: Responder, request: RecordedRequest, seq: int = 0) -> Rende
 def _models_json(models: Sequence[str]) -> Raw:
     data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "fake"} for m in models]
     return raw(json.dumps({"object": "list", "data": data}), headers={"content-type": _JSON})
+
+
+MAX_DIMENSIONS = 3072
+"""The most ``dimensions`` OpenAI's largest embedding model returns; more is its 400."""
+
+
+def embeddings_refusal(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 body for an embeddings body whose ``input`` or ``dimensions`` it refuses
+    (the proxy forwards both as they came), else None."""
+    dim = body.get("dimensions")
+    if dim is not None and (type(dim) is not int or not 1 <= dim <= MAX_DIMENSIONS):
+        return _error_body(f"Invalid 'dimensions': {dim!r}.", "invalid_request_error", None)
+    inputs = body.get("input")
+    items = inputs if isinstance(inputs, list) else [inputs]
+    if not items or not all(isinstance(i, str | int | list) for i in items):
+        return _error_body("Invalid 'input'.", "invalid_request_error", None, "input")
+    return None
 
 
 def _embeddings_json(body: Mapping[str, Any], default_dim: int) -> Raw:

@@ -12,7 +12,8 @@ other message, no call id twice or over 40 characters; message ``name`` matching
 functions named ``^[a-zA-Z0-9_-]{1,64}$`` without duplicates;
 ``tool_choice`` and ``parallel_tool_calls`` only beside ``tools``, a named choice naming one
 of them; ``stream_options`` only with ``stream``; for a reasoning model (o1, o3, o4-mini,
-gpt-5), no ``max_tokens`` and no ``temperature`` or ``top_p`` but 1.
+gpt-5), no ``max_tokens`` and no ``temperature`` or ``top_p`` but 1; for o1-mini and
+o1-preview, no system or developer message.
 :func:`system_after_others` is a stricter provider's rule (some refuse a system message
 after the conversation started) kept apart, since OpenAI accepts it.
 """
@@ -193,6 +194,11 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return out, names
 
 
+_NO_SYSTEM = re.compile(r"(?:^|/)o1-(?:mini|preview)(?:$|-)")
+"""OpenAI's models that refuse any system or developer message ("Unsupported value:
+'messages[0].role' does not support 'system' with this model.", code ``unsupported_value``)."""
+
+
 def violations(body: Any) -> list[str]:
     """Every reason OpenAI would answer this chat-completions body with a 400 (none: valid)."""
     if not isinstance(body, Mapping):
@@ -217,6 +223,12 @@ def violations(body: Any) -> list[str]:
             out.append(f"tool_choice: names {chosen!r}, which is not in tools")
     if body.get("stream_options") is not None and not body.get("stream"):
         out.append("stream_options: only allowed when 'stream' is enabled")
+    if _NO_SYSTEM.search(str(body.get("model") or "")) and isinstance(messages, list):
+        out += [
+            f"messages[{i}].role: does not support {m['role']!r} with this model"
+            for i, m in enumerate(messages)
+            if isinstance(m, Mapping) and m.get("role") in ("system", "developer")
+        ]
     if _REASONING.search(str(body.get("model") or "")):
         if "max_tokens" in body:
             out.append("max_tokens: unsupported parameter, use 'max_completion_tokens'")

@@ -27,6 +27,7 @@ from tests.fakes.rendering import (
     Rendered,
     _embeddings_json,
     _models_json,
+    embeddings_refusal,
     render,
 )
 from tests.fakes.replies import Pacer, RecordedRequest, Reply, Responder, _error_body, error
@@ -275,6 +276,8 @@ class FakeUpstream:
         if request.path == MODELS and request.method == "GET":
             return _models_json(self.models)
         if request.path == EMBEDDINGS and request.method == "POST" and body is not None:
+            if (refused := embeddings_refusal(body)) is not None:
+                return error(400, refused)
             return _embeddings_json(body, self.embedding_dim)
         msg = f"fake upstream has no route {request.method} {request.path}"
         return error(404, _error_body(msg, "invalid_request_error", "unknown_url"))

@@ -320,6 +320,20 @@ def test_models_and_embeddings(fake_upstream: FakeUpstream) -> None:
     assert [r.path for r in fake_upstream.requests] == [MODELS, EMBEDDINGS, EMBEDDINGS]
 
 
+def test_an_embeddings_body_openai_refuses_is_its_400(fake_upstream: FakeUpstream) -> None:
+    """What a fuzzer built from /openapi.json sends: a dimensions past OpenAI's most (a
+    vector that large would be built), of another type, or an input of no allowed form."""
+    for body in (
+        {"model": "e", "input": "a", "dimensions": 10**9},
+        {"model": "e", "input": "a", "dimensions": "4"},
+        {"model": "e", "input": [{"x": 1}]},
+        {"model": "e", "input": []},
+    ):
+        resp = httpx.post(f"{fake_upstream.url}/embeddings", json=body)
+        assert resp.status_code == 400, body
+        assert resp.json()["error"]["type"] == "invalid_request_error", body
+
+
 def test_script_can_target_other_endpoints(fake_upstream: FakeUpstream) -> None:
     fake_upstream.script(error(503), endpoint=MODELS)
 

@@ -118,7 +118,7 @@ async def test_a_streamed_calls_error_body_and_its_in_band_frame_are_scrubbed() 
     upstream, resp = await _stream(429)
     send = asyncio.get_running_loop().create_future()
     send.set_result(resp)
-    _, frame, refusal = await round_response(send)
+    _, frame, refusal = await round_response(send, _KEYLESS)
     await upstream.client.aclose()
     assert frame is not None and refusal is not None
     assert CLIENT.encode() not in frame and b"[REDACTED]" in frame

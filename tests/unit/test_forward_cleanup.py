@@ -30,7 +30,10 @@ class _Answer:
 
 def _turn(finish: object, abort: object) -> SimpleNamespace:
     """Stands for a Turn: its prepared step, and the two calls that end it."""
-    step = SimpleNamespace(assembled=SimpleNamespace(messages=[], offer_read_tool=False))
+    step = SimpleNamespace(
+        assembled=SimpleNamespace(messages=[], offer_read_tool=False),
+        route=SimpleNamespace(provider=ProviderConfig(base_url="http://llm.test/v1")),
+    )
     return SimpleNamespace(prepared=step, finish=finish, abort=abort)
 
 

@@ -299,3 +299,22 @@ def test_the_page_size_readme_gives_a_list_is_the_routes(
         limit["schema"]["maximum"],
         limit["schema"]["default"],
     )
+
+
+def test_the_embeddings_routes_document_their_json_body(tmp_path: Path) -> None:
+    """OpenAI's ``CreateEmbeddingRequest`` (openai/openai-openapi): ``model`` and ``input``
+    required, ``encoding_format`` ``float`` or ``base64``, ``dimensions`` at least 1, ``user``;
+    a client or a fuzzer built from the document sends an embeddings body, not none."""
+    doc = _app(tmp_path).openapi()
+    for path in ("/v1/embeddings", "/s/{session_id}/v1/embeddings"):
+        body = doc["paths"][path]["post"]["requestBody"]
+        assert body["required"] is True, path
+        schema = body["content"]["application/json"]["schema"]
+        assert schema["required"] == ["model", "input"], path
+        props = schema["properties"]
+        assert set(props) == {"model", "input", "encoding_format", "dimensions", "user"}, path
+        assert props["encoding_format"]["enum"] == ["float", "base64"]
+        assert props["dimensions"] == {"type": "integer", "minimum": 1}
+        kinds = [variant["type"] for variant in props["input"]["anyOf"]]
+        assert kinds == ["string", "array", "array", "array"], path
+    validate(doc)

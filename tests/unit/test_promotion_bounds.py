@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from proxy.config import ModelConfig
 from proxy.services.promotion import promote
 
 
@@ -41,7 +42,7 @@ def _job(fast_limit: int) -> SimpleNamespace:
         headers={},
         query=(),
         fast_model="fast",
-        fast_limits=SimpleNamespace(context_limit=fast_limit, reserved_output=500),
+        fast_limits=ModelConfig(context_limit=fast_limit, reserved_output=500),
         promotion="suggest",
         tenant="t",
         memory_scope="global",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from proxy.config import ModelConfig
 from proxy.services import promotion
 from proxy.services.promotion import promote
 
@@ -62,7 +63,7 @@ def _job() -> SimpleNamespace:
         headers={},
         query=(),
         fast_model="deepseek-chat",
-        fast_limits=SimpleNamespace(context_limit=64000, reserved_output=500),
+        fast_limits=ModelConfig(context_limit=64000, reserved_output=500),
         promotion="auto",
         tenant="t",
         memory_scope="global",

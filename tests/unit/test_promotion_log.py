@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from proxy.config import ModelConfig
 from proxy.services.promotion import promote
 
 SECRET = "the deploy key lives in vault path ops/zeta"
@@ -53,7 +54,7 @@ _JOB = SimpleNamespace(
     headers={},
     query=(),
     fast_model="fast",
-    fast_limits=SimpleNamespace(context_limit=128_000),
+    fast_limits=ModelConfig(context_limit=128_000),
     promotion="suggest",
     tenant="t",
     memory_scope="global",

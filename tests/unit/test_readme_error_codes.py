@@ -86,7 +86,7 @@ def test_each_chat_field_of_the_invalid_type_row_is_refused_with_it() -> None:
     for name in fields:
         assert _refusal(_WRONG_TYPE[name]).code == errors.INVALID_TYPE, name
     for count in _chat_fields(errors.BELOW_MIN):  # "a count not a JSON integer"
-        assert _refusal({"messages": MSG, count: 1.0}).code == errors.INVALID_TYPE, count
+        assert _refusal({"messages": MSG, count: 1.5}).code == errors.INVALID_TYPE, count
 
 
 def test_each_count_of_the_below_min_row_is_refused_with_it() -> None:
@@ -100,7 +100,8 @@ def test_each_count_of_the_below_min_row_is_refused_with_it() -> None:
 def test_the_missing_and_empty_rows_chat_cases_are_refused_with_theirs() -> None:
     assert _chat_fields(errors.MISSING) == ["messages", "role"]
     assert _refusal({"model": "m"}).code == errors.MISSING
-    assert _refusal({"messages": [{"content": "x"}]}).code == errors.MISSING
+    refused = _refusal({"messages": [{"content": "x"}]})  # named as OpenAI names it
+    assert (refused.code, refused.param) == (errors.MISSING, "messages[0].role")
     assert _chat_fields(errors.EMPTY_ARRAY) == ["messages: []"]
     assert _refusal({"messages": []}).code == errors.EMPTY_ARRAY
 

@@ -20,11 +20,15 @@ export function forgetKey() {
   sessionStorage.removeItem(KEY);
 }
 
+// `challenged`: the answer names the proxy's scheme in WWW-Authenticate, as the proxy's own
+// 401 does (the key the console gave it); a provider's 401 it relays has none: that key is
+// the provider's, and signing in again would not change it.
 export class ApiError extends Error {
-  constructor(status, message, code) {
+  constructor(status, message, code, challenged = false) {
     super(message);
     this.status = status;
     this.code = code;
+    this.challenged = challenged;
   }
 }
 
@@ -45,7 +49,7 @@ async function failure(resp) {
       code = body.error.code;
     }
   } catch (_) { /* not JSON: keep the status line */ }
-  return new ApiError(resp.status, message, code);
+  return new ApiError(resp.status, message, code, resp.headers.has("WWW-Authenticate"));
 }
 
 export async function call(method, path, body, { signal } = {}) {

@@ -45,10 +45,11 @@ export function confirmAction(text) {
   });
 }
 
-// A 401 anywhere: the key is wrong or missing; ask again. Else the error's toast, for `ms`
-// (0: until the caller or the person closes it, for a state that lasts, not an event).
+// The proxy's 401 anywhere: the key is wrong or missing; ask again (a provider's 401 it
+// relays is a toast: `challenged`). Else the error's toast, for `ms` (0: until the caller or
+// the person closes it, for a state that lasts, not an event).
 export function handleError(err, what, ms = 12000) {
-  if (err instanceof ApiError && err.status === 401) {
+  if (err instanceof ApiError && err.status === 401 && err.challenged) {
     forgetKey();
     showLogin(err.message);
     return null;

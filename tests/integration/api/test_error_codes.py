@@ -23,11 +23,12 @@ CODES: dict[str, tuple[dict[str, Any], str, str]] = {
     "tools": ({"model": "gpt-fake", "messages": TURN1, "tools": 5}, "tools", TYPE),
     "messages_string": ({"model": "gpt-fake", "messages": "hi"}, "messages", TYPE),
     "message_string": ({"model": "gpt-fake", "messages": ["hi"]}, "messages[0]", TYPE),
-    "role_number": ({"model": "gpt-fake", "messages": [{"role": 1}]}, "messages[0]", TYPE),
+    "role_number": ({"model": "gpt-fake", "messages": [{"role": 1}]}, "messages[0].role", TYPE),
     "n_zero": ({"model": "gpt-fake", "messages": TURN1, "n": 0}, "n", BELOW),
     "n_string": ({"model": "gpt-fake", "messages": TURN1, "n": "2"}, "n", TYPE),
     "no_messages": ({"model": "gpt-fake"}, "messages", MISSING),
-    "no_role": ({"model": "gpt-fake", "messages": [{"content": "x"}]}, "messages[0]", MISSING),
+    "no_role": ({"model": "gpt-fake", "messages": [{"content": "x"}]}, "messages[0].role", MISSING),
+    "null_role": ({"model": "gpt-fake", "messages": [{"role": None}]}, "messages[0].role", MISSING),
     "empty_messages": ({"model": "gpt-fake", "messages": []}, "messages", "empty_array"),
 }
 

@@ -58,8 +58,12 @@ BAD_MESSAGES = {
     "missing": ({"model": "gpt-fake"}, "messages", "missing required parameter 'messages'"),
     "empty": ({"model": "gpt-fake", "messages": []}, "messages", "non-empty array"),
     "not_a_list": ({"model": "gpt-fake", "messages": "hi"}, "messages", "non-empty array"),
-    "no_role": ({"model": "gpt-fake", "messages": [{"content": "x"}]}, "messages[0]", "'role'"),
-    "not_an_object": ({"model": "gpt-fake", "messages": ["text"]}, "messages[0]", "'role'"),
+    "no_role": (
+        {"model": "gpt-fake", "messages": [{"content": "x"}]},
+        "messages[0].role",
+        "missing required parameter 'messages[0].role'",
+    ),
+    "not_an_object": ({"model": "gpt-fake", "messages": ["text"]}, "messages[0]", "an object"),
     "tool_call_id": (
         {"model": "gpt-fake", "messages": [{"role": "tool", "tool_call_id": 5, "content": "x"}]},
         "messages[0].tool_call_id",

@@ -10,6 +10,7 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.fakes.strict_openai import violations
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import write_config
 from tests.integration.api.memory_suggestions import CLIENT_TENANT, suggest
@@ -93,6 +94,25 @@ def test_without_a_system_message_the_block_becomes_one(
     messages = fake_upstream.bodies()[-1]["messages"]
     assert messages[0]["role"] == "system" and messages[0]["content"].startswith("<memory>")
     assert messages[1] == {"role": "user", "content": "hi"}
+
+
+def test_for_a_model_without_system_messages_the_block_is_a_user_message(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """o1-mini answers any system message with 400 ``unsupported_value``: a client of it
+    sends none, and the proxy's own block must not be the one it refuses."""
+    fake_upstream.validator = violations
+    http.post("/v1/memory", json={"text": "The port is 8443"})
+    r = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "mem-o1"},
+        json={"model": "o1-mini", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert r.status_code == 200, r.text
+    messages = fake_upstream.bodies()[-1]["messages"]
+    assert messages[0]["role"] == "user" and messages[0]["content"].startswith("<memory>")
+    assert messages[1] == {"role": "user", "content": "hi"}
+    assert fake_upstream.violations == []
 
 
 def test_no_facts_no_block_and_facts_stay_with_their_tenant(

@@ -2,11 +2,12 @@
 
 The proxy reads ``max_tokens`` and ``max_completion_tokens`` (the output its window budget
 reserves) and ``n`` (several choices: no ``read_tool_output``). Given as a string, a
-boolean or a float, each was forwarded as it came while the proxy read it as no count (a
+boolean or a fraction, each was forwarded as it came while the proxy read it as no count (a
 string, a float) or as 1 (``true``): a lenient provider that takes ``"100"`` then answered
 under another budget than the proxy's. Such a count, or one below 1, is now the client's
-400 naming it. Fields the proxy does not read go to the provider as they came, whatever
-their type.
+400 naming it. A whole float (``100.0``) is an integer to JSON Schema, which OpenAI's
+reference is written in: it is read as its value and forwarded as it came. Fields the proxy
+does not read go to the provider as they came, whatever their type.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from tests.integration.api.errors_helpers import _assert_error_shape
 BAD_COUNTS = {
     "max_tokens_string": ("max_tokens", "100", "got a string"),
     "max_tokens_true": ("max_tokens", True, "got true"),
-    "max_tokens_float": ("max_tokens", 100.0, "got 100.0"),
+    "max_tokens_fraction": ("max_tokens", 100.5, "got 100.5"),
     "max_tokens_negative": ("max_tokens", -5, "got -5"),
     "max_tokens_zero": ("max_tokens", 0, "got 0"),
     "max_tokens_long": ("max_tokens", -(10**50), "got -1" + "0" * 37 + "…"),
     "max_completion_tokens_string": ("max_completion_tokens", "100", "got a string"),
     "max_completion_tokens_array": ("max_completion_tokens", [100], "got an array"),
     "n_string": ("n", "2", "got a string"),
-    "n_float": ("n", 2.0, "got 2.0"),
+    "n_fraction": ("n", 1.5, "got 1.5"),
+    "n_whole_zero": ("n", 0.0, "got 0.0"),
     "n_false": ("n", False, "got false"),
     "n_zero": ("n", 0, "got 0"),
 }
@@ -49,7 +51,8 @@ def test_a_count_the_proxy_reads_of_another_type_is_a_400_naming_it(
         err = _assert_error_shape(_post(http, "counts", **{name: value}), 400)
         assert err["param"] == name, case
         # OpenAI's codes: a count below 1 is integer_below_min_value, another type invalid_type
-        code = "integer_below_min_value" if type(value) is int else "invalid_type"
+        whole = type(value) is int or (type(value) is float and value.is_integer())
+        code = "integer_below_min_value" if whole else "invalid_type"
         assert err["type"] == "invalid_request_error" and err["code"] == code, case
         assert f"'{name}' must be an integer of at least 1 ({said})" == err["message"], case
     for extra in ({"n": "2"}, {"max_tokens": "100"}):  # as the SDK sends what a caller adds
@@ -68,6 +71,23 @@ def test_a_count_the_proxy_reads_of_another_type_is_a_400_naming_it(
     assert answer.choices[0].message.content == "fine"
     assert fake_upstream.bodies()[0]["max_tokens"] == 100
     assert fake_upstream.bodies()[1]["max_tokens"] == 50
+
+
+def test_a_whole_float_count_is_read_as_its_value_and_forwarded_as_sent(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """JSON Schema's ``integer`` holds ``100.0`` (json-schema.org, "Numeric types"), and
+    OpenAI's reference types the counts so; a Python client that computes one writes it so."""
+    fake_upstream.script(reply("fine"))
+    counts = {"max_tokens": 100.0, "max_completion_tokens": 1e3, "n": 1.0}
+    assert _post(http, "whole", **counts).status_code == 200
+    sent = fake_upstream.bodies()[-1]
+    assert {name: sent[name] for name in counts} == counts
+    assert all(type(sent[name]) is float for name in counts)
+    # read as its value: an output that fills the window is the proxy's own 400, not sent
+    err = _assert_error_shape(_post(http, "whole", max_tokens=1e9), 400)
+    assert err["code"] == "context_length_exceeded"
+    assert len(fake_upstream.requests) == 1
 
 
 def test_fields_the_proxy_does_not_read_go_upstream_as_they_came(

@@ -1,7 +1,8 @@
 """The proxy's own calls to a fast model that is one of OpenAI's reasoning models (o4-mini,
 gpt-5-mini; also the agent's own model when ``fastModel`` is unset) pass the strict
 provider's checks, which refuse ``max_tokens`` and a ``temperature`` of 0 for those models as
-OpenAI does: the summary is written and memory promotion's extraction is sent."""
+OpenAI does (and, for o1-mini, any system message): the summary is written and memory
+promotion's extraction is sent."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.transcripts import sdk
 
 
-@pytest.mark.parametrize("fast", ["o4-mini", "gpt-5-mini"])
+@pytest.mark.parametrize("fast", ["o4-mini", "gpt-5-mini", "o1-mini"])
 def test_a_reasoning_fast_model_gets_requests_it_takes(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, fast: str
 ) -> None:

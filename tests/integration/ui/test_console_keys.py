@@ -13,10 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes.replies import error
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.ui.conftest import KEY_ENV, LIMIT, TENANT, Page
-from tests.integration.ui.test_console import api
+from tests.integration.ui.test_console import api, sign_in
+from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,3 +104,25 @@ def test_a_refused_session_says_so_in_its_view_after_the_toast(
     toast.first.get_by_role("button", name="Close").click()
     meta = page.locator("#session-meta")
     assert "may not use session 'not-ours'" in meta.inner_text()
+
+
+def test_a_providers_401_is_said_not_taken_for_the_consoles_key(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The proxy's own 401 carries ``WWW-Authenticate`` and signs the console out; the
+    provider's, relayed without it, refused the provider's key: said in a toast, the key and
+    the page kept."""
+    started(console_proxy, "refused")
+    page = sign_in(console, "#/s/refused")
+    page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for()
+    fake_upstream.script(error(401, {"error": {"message": "Incorrect API key provided."}}))
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    page.get_by_test_id("toast").filter(has_text="answered 401").first.wait_for()
+    assert page.get_by_test_id("login-key").is_hidden()
+    assert "Incorrect API key provided." in page.get_by_test_id("toast").first.inner_text()
+    # the proxy's own 401, to a key it does not know, still asks for a key
+    page.evaluate("sessionStorage.setItem('cascade.console.key', 'sk-not-a-proxy-key')")
+    page.get_by_test_id("composer-input").fill("two")
+    page.get_by_test_id("composer-send").click()
+    page.get_by_test_id("login-key").wait_for()
