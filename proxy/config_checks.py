@@ -296,20 +296,21 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     proxy keys whose variable is unset, providers left without credentials in proxy-key mode
     (the client's token is then the proxy's secret and is never forwarded), and an embedding
     provider without credentials (it is called in the background, never with a client's
-    token)."""
+    token). A variable of only blanks (an empty secrets file's newline) is no key, as the
+    gate and the provider calls read it (stripped): it is said to be blank."""
     out = [
-        f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
+        f"auth key of tenant {key.tenant!r}: ${key.key_env} is {state}, no request can use it"
         for key in cfg.auth.keys
-        if not env.get(key.key_env)
+        if (state := _missing(env, key.key_env))
     ]
     metrics_env = cfg.auth.metrics_key_env
-    if metrics_env and not env.get(metrics_env):
+    if metrics_env and (state := _missing(env, metrics_env)):
         opens = "with a proxy key only" if cfg.auth.keys else "without a key"
-        out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
+        out.append(f"auth.metricsKeyEnv: ${metrics_env} is {state}, so /metrics answers {opens}")
     used = cfg.agent_providers() if cfg.auth.keys else set()
     for name in sorted(used):
         key_env = cfg.providers[name].api_key_env
-        if not (key_env and env.get(key_env)):
+        if not key_env or _missing(env, key_env):
             fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv"
             out.append(
                 f"provider {name!r} will be called without credentials (proxy keys "
@@ -318,10 +319,16 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     emb = cfg.embedding.provider
     if emb != "builtin" and any(c.retrieval.enabled for c in (cfg.context, *cfg.resolved.values())):
         key_env = cfg.providers[emb].api_key_env
-        if not (key_env and env.get(key_env)):
+        if not key_env or _missing(env, key_env):
             fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv if it needs a key"
             out.append(
                 f"embedding provider {emb!r} is called without credentials (embedding runs "
                 f"in the background, with no client's token): {fix}"
             )
     return out
+
+
+def _missing(env: Mapping[str, str], name: str) -> str | None:
+    """``unset`` or ``blank`` when the variable ``name`` holds no key, else None."""
+    value = env.get(name)
+    return "unset" if not value else None if value.strip() else "blank"
