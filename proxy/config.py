@@ -40,6 +40,7 @@ from proxy.config_checks import (
     check_key_values,
     check_patterns,
     check_prefixes,
+    check_references,
     check_urls,
     config_warnings,
 )
@@ -282,6 +283,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reasons on one
     line, never the values they refused (``settings.describe_errors``)."""
     env = env or {}
+    check_references(raw)
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
         if block in data and not isinstance(data[block], Mapping):  # null or [] too, as models'

@@ -31,6 +31,7 @@ __all__ = [
     "check_key_values",
     "check_patterns",
     "check_prefixes",
+    "check_references",
     "check_urls",
 ]
 
@@ -121,6 +122,43 @@ def _field_name(model: type[BaseModel], alias: str) -> str:
         if field.alias == alias:
             return name
     return alias
+
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}")
+"""A shell's or Compose's variable reference, ``${NAME}`` or ``${NAME:-default}``."""
+
+
+def check_references(data: Any, where: str = "") -> None:
+    """No name or value of the file (``data``, as parsed) holds a ``${NAME}`` reference: the
+    file is read as written, never expanded, so ``"model": "${MODEL}"`` sent that text
+    upstream and a ``baseUrl`` of one was refused as no URL. Named by its place and the
+    variable, never the value. A redaction pattern is a regular expression, where ``$`` and
+    ``{`` mean something else: not looked at."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            at = f"{where}.{key}" if where else str(key)
+            _no_reference(str(key), where or "the top level", "a name")
+            if not (key == "patterns" and where.endswith("redaction")):
+                check_references(value, at)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            check_references(value, f"{where}[{i}]")
+    elif isinstance(data, str):
+        _no_reference(data, where, "the value")
+
+
+def _no_reference(text: str, where: str, what: str) -> None:
+    found = _REFERENCE.search(text)
+    if found and where.lower().endswith(("keyenv", "key_env")):
+        raise ConfigError(
+            f"{where}: takes the variable's name as it is, {found[1]}, not ${{{found[1]}}}"
+        )
+    if found:
+        raise ConfigError(
+            f"{where}: {what} holds ${{{found[1]}}}, which is not expanded: the file is read as "
+            "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
+            "keyEnv or metricsKeyEnv)"
+        )
 
 
 def check_patterns(patterns: tuple[str, ...], where: str) -> None:
