@@ -153,7 +153,7 @@ class Settings(Listen):
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections
     pool_timeout_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
-    lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25)
+    lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25, allow_inf_nan=False)
     provider_max_connections: int = Field(default=256, ge=1)
     http_transport: Literal["httpx", "aiohttp"] = "aiohttp"
     max_internal_rounds: int = Field(default=4, ge=0)
@@ -165,7 +165,7 @@ class Settings(Listen):
     tracing: Literal["", "console", "otlp", "off"] = ""
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
-    embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60, allow_inf_nan=False)
     _database_url_from: str = PrivateAttr(default="DATABASE_URL")
 
     def with_database_url(self, url: str, source: str) -> Settings:
@@ -187,11 +187,14 @@ class Settings(Listen):
         default database: read as a path each was ``.``, the working directory."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("log_level", "log_format", mode="before")
+    @field_validator(
+        "log_level", "log_format", "tracing", "http_transport", "db_pooler", mode="before"
+    )
     @classmethod
-    def _lower_level(cls, value: object) -> object:
-        """``INFO`` as well as ``info``, ``JSON`` as well as ``json`` (as ``format_from_env``
-        reads it); an unknown name is refused at start, not by logging."""
+    def _lower_word(cls, value: object) -> object:
+        """Each setting that is one of a few words is read in any case: ``INFO`` as well as
+        ``info``, ``JSON`` as well as ``json`` (as ``format_from_env`` reads it), ``OTLP``,
+        ``HTTPX`` and ``Transaction`` as well; an unknown word is refused at start."""
         return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("tokenizer")
@@ -262,31 +265,58 @@ def _origin_problem(entry: str) -> str | None:
     return None
 
 
-def describe_errors(exc: ValidationError, name: Callable[[str], str] = str) -> str:
+def describe_errors(
+    exc: ValidationError,
+    name: Callable[[str], str] = str,
+    form: Callable[[str, str], str | None] | None = None,
+) -> str:
     """Pydantic's errors on one line, ``where: what; …``, without the values that failed:
     a refusal is logged and shown to every open event stream, and the value may be a
     secret put in the wrong place. ``name`` turns the first part of each location into
     what the user wrote. A check of our own (a validator's ``ValueError``) is its own
     sentence: pydantic's "Value error, " prefix goes, and so does the place of one across
-    the whole file, which pydantic has none for."""
+    the whole file, which pydantic has none for. ``form``: what the setting at a location
+    takes, said after an error of a kind (``int_parsing``) that does not say it."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in error["loc"]]
         msg = error["msg"]
         if error["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
+        if form is not None and loc and (takes := form(loc[0], error["type"])):
+            msg = f"{msg}; give {takes}"
         parts.append(f"{'.'.join([name(loc[0]), *loc[1:]])}: {msg}" if loc else msg)
     return "; ".join(parts)
 
 
+# pydantic's errors of a value of the wrong form: they name the type, not the unit
+_UNSAID = frozenset({"int_parsing", "int_from_float", "float_parsing", "bool_parsing"})
+
+
+def _form(name: str, kind: str) -> str | None:
+    """What the setting ``name`` takes, for an error of ``kind`` that does not say it: a
+    variable is text, so a unit or suffix (``15s``, ``32MiB``) is the likely mistake."""
+    field = Settings.model_fields.get(name)
+    if field is None or kind not in _UNSAID:
+        return None
+    if field.annotation is bool:
+        return "true or false (or 1/0, yes/no, on/off)"
+    if name.endswith("_bytes"):
+        return f"a whole number of bytes, no unit or suffix ({32 * 1024 * 1024} for 32 MiB)"
+    if name.endswith("_seconds"):
+        return "a number of seconds, no unit (2.5)"
+    return "a whole number" if field.annotation is int else None
+
+
 def settings_error(exc: ValidationError) -> str:
-    """A refused setting, named by its environment variable (``CASCADE_PORT``, not ``port``)."""
+    """A refused setting, named by its environment variable (``CASCADE_PORT``, not ``port``),
+    with the form it takes when pydantic's words do not say it."""
     fields = Settings.model_fields
 
     def variable(loc: str) -> str:
         return f"CASCADE_{loc.upper()}" if loc in fields else loc
 
-    return describe_errors(exc, variable)
+    return describe_errors(exc, variable, _form)
 
 
 class SettingsError(ValueError):

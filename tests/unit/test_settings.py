@@ -15,6 +15,7 @@ from proxy.settings import (
     load_settings,
     unknown_variables,
 )
+from tests.unit.readme import README
 from tests.unit.starts import START_COMMANDS, run_start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,6 +177,24 @@ def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.Monk
     assert Settings().log_format == "json"
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "read"),
+    [
+        ("CASCADE_TRACING", "OTLP", "otlp"),
+        ("CASCADE_TRACING", " Off ", "off"),
+        ("CASCADE_HTTP_TRANSPORT", "HTTPX", "httpx"),
+        ("CASCADE_DB_POOLER", "Transaction", "transaction"),
+    ],
+)
+def test_every_setting_of_a_few_words_is_read_in_any_case(
+    variable: str, value: str, read: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``CASCADE_LOG_LEVEL`` and ``CASCADE_LOG_FORMAT`` are: ``OTLP`` refused the start
+    while ``INFO`` was taken."""
+    monkeypatch.setenv(variable, value)
+    assert getattr(load_settings(), variable.removeprefix("CASCADE_").lower()) == read
+
+
 @pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", ""])
 def test_a_tiktoken_encoding_or_none_is_taken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASCADE_TOKENIZER", name)
@@ -296,15 +315,59 @@ def test_a_pool_no_postgresql_can_serve_is_refused_at_start(
     assert load_settings().pool_max_size == 262143
 
 
-@pytest.mark.parametrize("variable", ["CASCADE_KEEPALIVE_SECONDS", "CASCADE_POOL_TIMEOUT_SECONDS"])
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "CASCADE_KEEPALIVE_SECONDS",
+        "CASCADE_POOL_TIMEOUT_SECONDS",
+        "CASCADE_LEASE_TTL_SECONDS",
+        "CASCADE_EMBEDDING_POLL_SECONDS",
+    ],
+)
 @pytest.mark.parametrize("value", ["inf", "Infinity", "nan"])
 def test_a_duration_that_is_not_a_finite_number_is_refused_at_start(
     variable: str, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The config file refuses non-finite numbers; a variable took ``inf``: a keep-alive
-    that never comes, a wait for a pooled connection that never ends."""
+    that never comes, a wait for a pooled connection that never ends. A bounded one said
+    ``nan`` was over its ceiling."""
     monkeypatch.setenv(variable, value)
-    with pytest.raises(SettingsError, match=rf"^{variable}: "):
+    with pytest.raises(SettingsError, match=rf"^{variable}: Input should be a finite number$"):
         load_settings()
     monkeypatch.setenv(variable, "2.5")
     assert getattr(load_settings(), variable.removeprefix("CASCADE_").lower()) == 2.5
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "form"),
+    [
+        ("CASCADE_MAX_BODY_BYTES", "32MiB", "a whole number of bytes, no unit or suffix"),
+        ("CASCADE_KEEPALIVE_SECONDS", "15s", "a number of seconds, no unit (2.5)"),
+        ("CASCADE_LEASE_TTL_SECONDS", "500ms", "a number of seconds, no unit (2.5)"),
+        ("CASCADE_WATCH_CONFIG", "maybe", "true or false (or 1/0, yes/no, on/off)"),
+        ("CASCADE_ALLOW_UNAUTHENTICATED", "y3s", "true or false (or 1/0, yes/no, on/off)"),
+        ("CASCADE_POOL_MAX_SIZE", "1.5", "a whole number"),
+    ],
+)
+def test_a_value_of_the_wrong_form_is_refused_saying_the_form(
+    variable: str, value: str, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic says "a valid integer" or "a valid boolean", not that a size takes no
+    suffix or a duration no unit, nor which words a boolean takes: the refusal says it, on
+    its one line, still without the value."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    said = str(refused.value)
+    assert said.startswith(f"{variable}: Input should be a valid ") and "\n" not in said
+    assert said.endswith(f"; give {form}") or f"; give {form} (" in said, said
+    assert value not in said
+
+
+def test_readme_quotes_the_refusal_of_a_duration_with_a_unit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CASCADE_KEEPALIVE_SECONDS", "15s")
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    assert f"(`{refused.value}`)" in README
