@@ -315,10 +315,14 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
         value = (env.get(p.api_key_env) or "").strip() if p.api_key_env else ""
         j = names.get(p.api_key_env or "", first.get(value, -1) if value else -1)
         if j >= 0:
-            held = "is" if p.api_key_env == cfg.auth.keys[j].key_env else "holds the key"
+            other = cfg.auth.keys[j].key_env
+            held = (
+                f"is auth.keys[{j}]'s keyEnv too"
+                if p.api_key_env == other
+                else f"holds the key ${other} (auth.keys[{j}]) holds"
+            )
             raise ConfigError(
-                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held} "
-                f"${cfg.auth.keys[j].key_env} (auth.keys[{j}]); a proxy key never goes "
+                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held}; a proxy key never goes "
                 "upstream: give the provider a key of its own"
             )
     metrics = cfg.auth.metrics_key_env
