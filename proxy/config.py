@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,29 @@ def _check_agent_name(name: str) -> None:
         )
 
 
+def _check_lookup_names(models: Iterable[str], agents: Iterable[str]) -> None:
+    """An agent's or a model prefix's name is matched exactly against a request's ``model``:
+    one with a space at an end (a template's, a paste's) matches none of the models it
+    names, and ``Default`` is not the fallback ``default`` is. Either was taken and never
+    used, without a word."""
+    for block, names in (("models", models), ("agents", agents)):
+        for name in names:
+            _check_lookup_name(block, name)
+
+
+def _check_lookup_name(block: str, name: str) -> None:
+    if name.strip() and name != name.strip():
+        raise ValueError(
+            f"{block}: the name {name.strip()!r} has a space at an end, which a model's name "
+            "has not; write the name alone"
+        )
+    if name.lower() == "default" and name != "default":
+        raise ValueError(
+            f"{block}: {name!r} is not default: names are matched case by case, and only "
+            "default is the fallback; write default"
+        )
+
+
 def _check_tenant(i: int, tenant: str) -> None:
     if "\x00" in tenant:  # PostgreSQL's text holds none: each request would fail storing it
         raise ValueError(f"auth.keys[{i}].tenant: holds a NUL, which the database cannot store")
@@ -185,6 +208,7 @@ class Config(Block):
 
     @model_validator(mode="after")
     def _check_refs(self) -> Config:
+        _check_lookup_names(self.models, self.agents)
         for name, agent in self.agents.items():
             _check_agent_name(name)
             if agent.provider not in self.providers:

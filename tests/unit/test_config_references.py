@@ -1,6 +1,7 @@
 """A ``${NAME}`` in config/agents.json is refused, naming its place and the variable: the file
 is read as written, never expanded, so a Compose-style reference was sent upstream as the
-model's name, or refused as no URL without saying why."""
+model's name, or refused as no URL without saying why. And a name no request's ``model``
+reaches as it is written (``Default``, a trailing space) is refused, naming it."""
 
 from __future__ import annotations
 
@@ -56,3 +57,30 @@ def test_a_redaction_pattern_may_hold_what_looks_like_a_reference() -> None:
         "agents": {"a": {"context": {"redaction": {"patterns": [r"x${SECRET}"]}}}},
     }
     assert parse_config(raw, env={}).context.redaction.patterns == (r"token=\S+${TOKEN}",)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            {"agents": {"Default": {"model": "gpt-4o"}}},
+            "agents: 'Default' is not default: names are matched case by case",
+        ),
+        (
+            {"models": {"DEFAULT": {"contextLimit": 8000}}},
+            "models: 'DEFAULT' is not default: names are matched case by case",
+        ),
+        (
+            {"models": {"gpt-4o ": {"contextLimit": 8000}}},
+            "models: the name 'gpt-4o' has a space at an end",
+        ),
+        ({"agents": {" coder": {}}}, "agents: the name 'coder' has a space at an end"),
+    ],
+)
+def test_a_name_no_request_reaches_as_written_is_refused(raw: dict[str, Any], reason: str) -> None:
+    """A request's ``model`` is matched exactly: ``Default`` was an agent of its own beside
+    the built-in ``default`` (which every other model went on taking), and a prefix with a
+    trailing space the window of no model."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value).startswith(reason)
