@@ -188,13 +188,16 @@ class Settings(Listen):
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator(
-        "log_level", "log_format", "tracing", "http_transport", "db_pooler", mode="before"
+        *("log_level", "log_format", "tracing", "http_transport", "db_pooler"),
+        *("watch_config", "allow_unauthenticated"),
+        mode="before",
     )
     @classmethod
     def _lower_word(cls, value: object) -> object:
         """Each setting that is one of a few words is read in any case: ``INFO`` as well as
         ``info``, ``JSON`` as well as ``json`` (as ``format_from_env`` reads it), ``OTLP``,
-        ``HTTPX`` and ``Transaction`` as well; an unknown word is refused at start."""
+        ``HTTPX`` and ``Transaction`` as well; an unknown word is refused at start. And with
+        blanks around it (an env file's ``CASCADE_WATCH_CONFIG=false ``), as a number is."""
         return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("tokenizer")

@@ -184,10 +184,13 @@ def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.Monk
         ("CASCADE_TRACING", " Off ", "off"),
         ("CASCADE_HTTP_TRANSPORT", "HTTPX", "httpx"),
         ("CASCADE_DB_POOLER", "Transaction", "transaction"),
+        # a switch with blanks around it was refused, where a number is read
+        ("CASCADE_WATCH_CONFIG", " False ", False),
+        ("CASCADE_ALLOW_UNAUTHENTICATED", "true\t", True),
     ],
 )
 def test_every_setting_of_a_few_words_is_read_in_any_case(
-    variable: str, value: str, read: str, monkeypatch: pytest.MonkeyPatch
+    variable: str, value: str, read: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As ``CASCADE_LOG_LEVEL`` and ``CASCADE_LOG_FORMAT`` are: ``OTLP`` refused the start
     while ``INFO`` was taken."""
