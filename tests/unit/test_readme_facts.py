@@ -41,7 +41,8 @@ from proxy.services.incoming import GUESS_NEW_SESSION_MAX
 from proxy.services.ingestmemo import IngestMemo
 from proxy.services.resent import ResentBodies
 from proxy.services.retrieval import RACE_SLACK, RESCAN_WINDOWS
-from proxy.settings import OTHER_VARIABLES, Settings
+from proxy.settings import Settings
+from proxy.settings_names import OTHER_VARIABLES
 from proxy.store.embeddings import CLAIM_WINDOW
 from proxy.store.leases import POLL_MAX_SECONDS
 from proxy.store.migrations import LOCK_RETRY_SECONDS, LOCK_WAIT_SECONDS

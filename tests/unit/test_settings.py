@@ -13,8 +13,8 @@ from proxy.settings import (
     Settings,
     SettingsError,
     load_settings,
-    unknown_variables,
 )
+from proxy.settings_names import unknown_variables
 from tests.unit.readme import README
 from tests.unit.starts import START_COMMANDS, run_start
 
