@@ -24,6 +24,7 @@ OTHER_VARIABLES = frozenset(
         "CASCADE_DB_PASSWORD",  # docker compose's .env
         "CASCADE_PUBLISH_PORT",
         "CASCADE_BENCH_UPSTREAM",  # bench/ and the test suites
+        "CASCADE_BENCH_PROFILE",  # the proxy bench.longrun --profile starts
         "CASCADE_TRAJECTORIES",
         "CASCADE_RELIABILITY_REPORT",
         "CASCADE_SOAK",

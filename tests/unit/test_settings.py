@@ -94,6 +94,19 @@ def test_no_variable_the_project_documents_is_taken_for_a_typo() -> None:
     assert unknown_variables(dict.fromkeys(documented, "x"), referenced) is None
 
 
+def test_no_variable_the_project_reads_is_taken_for_a_typo() -> None:
+    """Each ``CASCADE_*`` variable code of the project reads from the environment, the bench's
+    too: ``bench.longrun --profile`` gives the proxy it starts ``CASCADE_BENCH_PROFILE``,
+    which the proxy's start then named as a misspelt setting."""
+    read: set[str] = set()
+    pattern = r"(?:environ(?:\.get\(|\[)|getenv\()\s*[\"'](CASCADE_[A-Z0-9_]+)[\"']"
+    for folder in ("proxy", "bench", "scripts"):
+        for path in (REPO / folder).rglob("*.py"):
+            read |= set(re.findall(pattern, path.read_text(encoding="utf-8")))
+    assert "CASCADE_BENCH_PROFILE" in read and "CASCADE_LOG_FORMAT" in read
+    assert unknown_variables(dict.fromkeys(read, "x")) is None
+
+
 @pytest.mark.parametrize("command", START_COMMANDS)
 def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
     command: list[str], tmp_path: Path
