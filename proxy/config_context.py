@@ -147,7 +147,7 @@ class SummarizeConfig(Block):
     @model_validator(mode="after")
     def _soft_below_hard(self) -> SummarizeConfig:
         if self.soft_fraction > self.hard_fraction:
-            raise ValueError("summarize.softFraction must not exceed summarize.hardFraction")
+            raise ValueError("softFraction must not exceed hardFraction")
         return self
 
 
