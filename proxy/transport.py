@@ -123,9 +123,7 @@ def check_proxies(kind: Kind) -> None:
     for proxy in get_environment_proxies().values():
         scheme, _, rest = (proxy or "").partition("://")
         shown = f"{scheme}://{rest.rpartition('@')[2]}"  # never its user:password
-        if proxy and not _usable_address(proxy):
-            # else every call through it fails, said as a bad baseUrl (or, under aiohttp, a
-            # port past 65535 as an error no answer maps: a 500)
+        if proxy and not _usable_address(proxy):  # each call through it would fail
             raise ConfigError(
                 f"the egress proxy {shown} (HTTP_PROXY / HTTPS_PROXY / ALL_PROXY) is not a URL"
                 " with a host and a port 1-65535"
