@@ -34,6 +34,12 @@ _SERVICE_LINK_URL = re.compile(r"(?i)(tcp|udp|sctp)://")
 
 _EMPTY_MEANS_SOMETHING = frozenset({"tokenizer"})
 
+_POSTGRES_URL = re.compile(r"(?i)\s*postgres(ql)?://")
+_NOT_POSTGRES = (
+    "not a postgresql:// URL: give postgresql://user:password@host:5432/database (the only"
+    " form asyncpg takes, not libpq's key=value one)"
+)
+
 
 class Listen(BaseSettings):
     """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
@@ -162,7 +168,10 @@ class Settings(Listen):
     _database_url_from: str = PrivateAttr(default="DATABASE_URL")
 
     def with_database_url(self, url: str, source: str) -> Settings:
-        """These settings with ``database_url`` given by ``source`` (``--database-url``)."""
+        """These settings with ``database_url`` given by ``source`` (``--database-url``); a
+        :class:`SettingsError` naming ``source`` when it is no PostgreSQL URL."""
+        if not _POSTGRES_URL.match(url):
+            raise SettingsError(f"{source}: {_NOT_POSTGRES}")
         given = self.model_copy(update={"database_url": url})
         given._database_url_from = source
         return given
@@ -171,6 +180,16 @@ class Settings(Listen):
         """Where the database comes from, for a message that cannot reach it: the flag or
         variable that gave ``database_url``, else the embedded server."""
         return self._database_url_from if self.database_url else "the embedded server"
+
+    @field_validator("database_url", "database_listen_url")
+    @classmethod
+    def _postgres(cls, value: str | None) -> str | None:
+        """asyncpg takes a ``postgresql://`` or ``postgres://`` URL only: another (``mysql://``,
+        libpq's ``host=… password=…``) was refused as the start connected, after uvicorn's
+        lines, with exit status 3 as for a database down."""
+        if value is not None and not _POSTGRES_URL.match(value):
+            raise ValueError(_NOT_POSTGRES)
+        return value
 
     @field_validator("config", "data_dir", mode="before")
     @classmethod

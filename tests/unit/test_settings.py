@@ -387,3 +387,27 @@ def test_readme_quotes_the_refusal_of_a_duration_with_a_unit(
     with pytest.raises(SettingsError) as refused:
         load_settings()
     assert f"(`{refused.value}`)" in README
+
+
+@pytest.mark.parametrize("variable", ["DATABASE_URL", "DATABASE_LISTEN_URL"])
+@pytest.mark.parametrize(
+    "value", ["mysql://u:pw-SECRET@h/db", "host=h user=u password=pw-SECRET", "h:5432/db"]
+)
+def test_a_database_url_asyncpg_cannot_read_is_refused_as_a_setting(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was refused only as the start connected, after uvicorn's lines, with the exit
+    status of a database down (3) and asyncpg's words ("scheme is expected …")."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/db")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=rf"^{variable}: not a postgresql:// URL") as refused:
+        load_settings()
+    assert "SECRET" not in str(refused.value)
+    monkeypatch.setenv(variable, "postgres://u:pw@h:5432/db")
+    assert getattr(load_settings(), variable.lower()) == "postgres://u:pw@h:5432/db"
+
+
+def test_a_database_url_flag_asyncpg_cannot_read_is_refused_naming_the_flag() -> None:
+    with pytest.raises(SettingsError, match=r"^--database-url: not a postgresql:// URL") as no:
+        Settings().with_database_url("host=h password=pw-SECRET", "--database-url")
+    assert "SECRET" not in str(no.value)
