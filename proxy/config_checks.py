@@ -149,16 +149,16 @@ def check_references(data: Any, where: str = "") -> None:
 
 def _no_reference(text: str, where: str, what: str) -> None:
     found = _REFERENCE.search(text)
-    if found and where.lower().endswith(("keyenv", "key_env")):
-        raise ConfigError(
-            f"{where}: takes the variable's name as it is, {found[1]}, not ${{{found[1]}}}"
-        )
-    if found:
-        raise ConfigError(
-            f"{where}: {what} holds ${{{found[1]}}}, which is not expanded: the file is read as "
-            "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
-            "keyEnv or metricsKeyEnv)"
-        )
+    if found is None:
+        return
+    name = found[1] if not redact(found[1], compile_patterns(()))[1] else "…"  # a key pasted
+    if where.lower().endswith(("keyenv", "key_env")):
+        raise ConfigError(f"{where}: takes the variable's name as it is, {name}, not ${{{name}}}")
+    raise ConfigError(
+        f"{where}: {what} holds ${{{name}}}, which is not expanded: the file is read as "
+        "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
+        "keyEnv or metricsKeyEnv)"
+    )
 
 
 def check_patterns(patterns: tuple[str, ...], where: str) -> None:

@@ -50,6 +50,15 @@ def test_a_variable_reference_is_refused_naming_its_place(raw: dict[str, Any], r
     assert str(refused.value).startswith(reason)
 
 
+@pytest.mark.parametrize("where", ["apiKeyEnv", "baseUrl"])
+def test_a_key_pasted_into_a_reference_is_not_quoted(where: str) -> None:
+    """The reason names the variable; one that is a key of a shape redaction knows is not."""
+    key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"providers": {"openai": {where: f"${{{key}}}"}}}, env={})
+    assert key not in str(refused.value) and "${…}" in str(refused.value)
+
+
 def test_a_redaction_pattern_may_hold_what_looks_like_a_reference() -> None:
     """A pattern is a regular expression, where ``$`` and ``{`` are its own."""
     raw = {
