@@ -44,7 +44,7 @@ from proxy.config_checks import (
     check_urls,
     config_warnings,
 )
-from proxy.config_context import Block, ContextConfig
+from proxy.config_context import Block, ContextConfig, unknown_key_hint
 from proxy.config_file import read_object
 from proxy.settings import describe_errors
 
@@ -342,9 +342,10 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 merged = _as_json(_deep_merge(base, over))
                 resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
-                raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
+                said = describe_errors(exc, form=unknown_key_hint)
+                raise ConfigError(f"agents.{name}.context: {said}") from exc
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc)) from exc
+        raise ConfigError(describe_errors(exc, form=unknown_key_hint)) from exc
     check_blanks(cfg)
     check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     check_key_values(cfg, env)

@@ -283,23 +283,23 @@ def _origin_problem(entry: str) -> str | None:
 def describe_errors(
     exc: ValidationError,
     name: Callable[[str], str] = str,
-    form: Callable[[str, str], str | None] | None = None,
+    form: Callable[[list[str], str], str | None] | None = None,
 ) -> str:
     """Pydantic's errors on one line, ``where: what; …``, without the values that failed:
     a refusal is logged and shown to every open event stream, and the value may be a
     secret put in the wrong place. ``name`` turns the first part of each location into
     what the user wrote. A check of our own (a validator's ``ValueError``) is its own
     sentence: pydantic's "Value error, " prefix goes, and so does the place of one across
-    the whole file, which pydantic has none for. ``form``: what the setting at a location
-    takes, said after an error of a kind (``int_parsing``) that does not say it."""
+    the whole file, which pydantic has none for. ``form``: more to say of an error at a
+    location of a kind (``int_parsing``), what the setting takes, or the key a typo meant."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in error["loc"]]
         msg = error["msg"]
         if error["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
-        if form is not None and loc and (takes := form(loc[0], error["type"])):
-            msg = f"{msg}; give {takes}"
+        if form is not None and loc and (more := form(loc, error["type"])):
+            msg = f"{msg}; {more}"
         parts.append(f"{'.'.join([name(loc[0]), *loc[1:]])}: {msg}" if loc else msg)
     return "; ".join(parts)
 
@@ -308,9 +308,14 @@ def describe_errors(
 _UNSAID = frozenset({"int_parsing", "int_from_float", "float_parsing", "bool_parsing"})
 
 
-def _form(name: str, kind: str) -> str | None:
-    """What the setting ``name`` takes, for an error of ``kind`` that does not say it: a
+def _form(loc: list[str], kind: str) -> str | None:
+    """What the setting at ``loc`` takes, for an error of ``kind`` that does not say it: a
     variable is text, so a unit or suffix (``15s``, ``32MiB``) is the likely mistake."""
+    takes = _takes(loc[0], kind)
+    return f"give {takes}" if takes else None
+
+
+def _takes(name: str, kind: str) -> str | None:
     field = Settings.model_fields.get(name)
     if field is None or kind not in _UNSAID:
         return None
