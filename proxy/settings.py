@@ -217,7 +217,9 @@ class Settings(Listen):
     def _encoding(cls, value: str) -> str:
         """An encoding tiktoken does not have is a typo, refused at start: loading it would
         only warn, as offline does, and every token be counted by the estimate. Empty is the
-        estimate by choice; without tiktoken installed no name is judged."""
+        estimate by choice; without tiktoken installed no name is judged. Blanks around the
+        name (an env file's trailing space) are dropped, as around a number."""
+        value = value.strip()
         try:
             from tiktoken import list_encoding_names  # the shell's, never the core's
         except ImportError:

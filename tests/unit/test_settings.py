@@ -215,6 +215,9 @@ def test_every_setting_of_a_few_words_is_read_in_any_case(
 def test_a_tiktoken_encoding_or_none_is_taken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASCADE_TOKENIZER", name)
     assert load_settings().tokenizer == name
+    # an env file's trailing space refused the start, listing the very name given
+    monkeypatch.setenv("CASCADE_TOKENIZER", f"{name} ")
+    assert load_settings().tokenizer == name
 
 
 def test_a_misspelt_tokenizer_refuses_the_start_naming_the_variable(
