@@ -41,7 +41,8 @@ from proxy.services.chat import ChatService
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
-from proxy.settings import Settings, SettingsError, load_settings, unknown_variables
+from proxy.settings import Settings, SettingsError, load_settings
+from proxy.settings_names import unknown_variables
 from proxy.store.db import pooler_kwargs
 from proxy.store.memory import key_stored_facts
 from proxy.store.migrations import run_migrations

@@ -229,7 +229,7 @@ class EventBus:
             except Exception as exc:  # keep the bus alive across database restarts
                 if self._listener is not None and not self._listener.is_closed():
                     self._listener.terminate()  # still listening, it would hear each one twice
-                self._failure = redact_dsn(f"{type(exc).__name__}: {exc}")
+                self._failure = redact_dsn(f"{type(exc).__name__}: {exc}", self._dsn)
                 sqlstate = getattr(exc, "sqlstate", None)
                 unreadable = isinstance(exc, ValueError)  # asyncpg cannot parse the URL
                 if (sqlstate in NEVER_HEALS or unreadable) and not connected.done():

@@ -19,7 +19,6 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from proxy import DEFAULT_CONFIG, __version__, cli_args as arg
@@ -133,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--config",
-        type=Path,
+        type=str,  # "" as the variable's empty value: the default (Settings._blank_path)
         help="agents.json to read and watch (env "
         f"CASCADE_CONFIG; default {DEFAULT_CONFIG} when it exists, else "
         "built-in defaults)",
@@ -159,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument(
         "--config",
-        type=Path,
+        type=str,
         help=f"agents.json to check (env CASCADE_CONFIG; default {DEFAULT_CONFIG} when it "
         "exists, else built-in defaults)",
     )

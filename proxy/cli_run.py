@@ -33,7 +33,8 @@ from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.pgembed import DataDirUnusable, EmbeddedUnavailable, require_embedded, start_embedded
 from proxy.server import serve
-from proxy.settings import Listen, Settings, SettingsError, settings_error, unknown_variables
+from proxy.settings import Listen, Settings, SettingsError, settings_error
+from proxy.settings_names import unknown_variables
 from proxy.store.db import (
     DatabaseUnavailable,
     PoolerMismatch,

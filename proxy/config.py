@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,11 @@ from proxy.config_checks import (
     check_key_values,
     check_patterns,
     check_prefixes,
+    check_references,
     check_urls,
     config_warnings,
 )
-from proxy.config_context import Block, ContextConfig
+from proxy.config_context import Block, ContextConfig, unknown_key_hint
 from proxy.config_file import read_object
 from proxy.settings import describe_errors
 
@@ -168,6 +169,29 @@ def _check_agent_name(name: str) -> None:
         )
 
 
+def _check_lookup_names(models: Iterable[str], agents: Iterable[str]) -> None:
+    """An agent's or a model prefix's name is matched exactly against a request's ``model``:
+    one with a space at an end (a template's, a paste's) matches none of the models it
+    names, and ``Default`` is not the fallback ``default`` is. Either was taken and never
+    used, without a word."""
+    for block, names in (("models", models), ("agents", agents)):
+        for name in names:
+            _check_lookup_name(block, name)
+
+
+def _check_lookup_name(block: str, name: str) -> None:
+    if name.strip() and name != name.strip():
+        raise ValueError(
+            f"{block}: the name {name.strip()!r} has a space at an end, which a model's name "
+            "has not; write the name alone"
+        )
+    if name.lower() == "default" and name != "default":
+        raise ValueError(
+            f"{block}: {name!r} is not default: names are matched case by case, and only "
+            "default is the fallback; write default"
+        )
+
+
 def _check_tenant(i: int, tenant: str) -> None:
     if "\x00" in tenant:  # PostgreSQL's text holds none: each request would fail storing it
         raise ValueError(f"auth.keys[{i}].tenant: holds a NUL, which the database cannot store")
@@ -189,6 +213,7 @@ class Config(Block):
 
     @model_validator(mode="after")
     def _check_refs(self) -> Config:
+        _check_lookup_names(self.models, self.agents)
         for name, agent in self.agents.items():
             _check_agent_name(name)
             if agent.provider not in self.providers:
@@ -287,6 +312,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     """Validate a parsed agents.json; raise :class:`ConfigError` with pydantic's reasons on one
     line, never the values they refused (``settings.describe_errors``)."""
     env = env or {}
+    check_references(raw)
     data = dict(raw)
     for block in ("providers", "agents"):  # filled in below, so their shape is checked first
         if block in data and not isinstance(data[block], Mapping):  # null or [] too, as models'
@@ -321,9 +347,10 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 merged = _as_json(_deep_merge(base, over))
                 resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
-                raise ConfigError(f"agents.{name}.context: {describe_errors(exc)}") from exc
+                said = describe_errors(exc, form=unknown_key_hint)
+                raise ConfigError(f"agents.{name}.context: {said}") from exc
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc)) from exc
+        raise ConfigError(describe_errors(exc, form=unknown_key_hint)) from exc
     check_blanks(cfg)
     check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     check_key_values(cfg, env)

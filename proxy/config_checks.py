@@ -31,6 +31,7 @@ __all__ = [
     "check_key_values",
     "check_patterns",
     "check_prefixes",
+    "check_references",
     "check_urls",
 ]
 
@@ -121,6 +122,43 @@ def _field_name(model: type[BaseModel], alias: str) -> str:
         if field.alias == alias:
             return name
     return alias
+
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}")
+"""A shell's or Compose's variable reference, ``${NAME}`` or ``${NAME:-default}``."""
+
+
+def check_references(data: Any, where: str = "") -> None:
+    """No name or value of the file (``data``, as parsed) holds a ``${NAME}`` reference: the
+    file is read as written, never expanded, so ``"model": "${MODEL}"`` sent that text
+    upstream and a ``baseUrl`` of one was refused as no URL. Named by its place and the
+    variable, never the value. A redaction pattern is a regular expression, where ``$`` and
+    ``{`` mean something else: not looked at."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            at = f"{where}.{key}" if where else str(key)
+            _no_reference(str(key), where or "the top level", "a name")
+            if not (key == "patterns" and where.endswith("redaction")):
+                check_references(value, at)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            check_references(value, f"{where}[{i}]")
+    elif isinstance(data, str):
+        _no_reference(data, where, "the value")
+
+
+def _no_reference(text: str, where: str, what: str) -> None:
+    found = _REFERENCE.search(text)
+    if found is None:
+        return
+    name = found[1] if not redact(found[1], compile_patterns(()))[1] else "…"  # a key pasted
+    if where.lower().endswith(("keyenv", "key_env")):
+        raise ConfigError(f"{where}: takes the variable's name as it is, {name}, not ${{{name}}}")
+    raise ConfigError(
+        f"{where}: {what} holds ${{{name}}}, which is not expanded: the file is read as "
+        "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
+        "keyEnv or metricsKeyEnv)"
+    )
 
 
 def check_patterns(patterns: tuple[str, ...], where: str) -> None:
@@ -277,10 +315,14 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
         value = (env.get(p.api_key_env) or "").strip() if p.api_key_env else ""
         j = names.get(p.api_key_env or "", first.get(value, -1) if value else -1)
         if j >= 0:
-            held = "is" if p.api_key_env == cfg.auth.keys[j].key_env else "holds the key"
+            other = cfg.auth.keys[j].key_env
+            held = (
+                f"is auth.keys[{j}]'s keyEnv too"
+                if p.api_key_env == other
+                else f"holds the key ${other} (auth.keys[{j}]) holds"
+            )
             raise ConfigError(
-                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held} "
-                f"${cfg.auth.keys[j].key_env} (auth.keys[{j}]); a proxy key never goes "
+                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held}; a proxy key never goes "
                 "upstream: give the provider a key of its own"
             )
     metrics = cfg.auth.metrics_key_env
@@ -296,20 +338,21 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     proxy keys whose variable is unset, providers left without credentials in proxy-key mode
     (the client's token is then the proxy's secret and is never forwarded), and an embedding
     provider without credentials (it is called in the background, never with a client's
-    token)."""
+    token). A variable of only blanks (an empty secrets file's newline) is no key, as the
+    gate and the provider calls read it (stripped): it is said to be blank."""
     out = [
-        f"auth key of tenant {key.tenant!r}: ${key.key_env} is unset, no request can use it"
+        f"auth key of tenant {key.tenant!r}: ${key.key_env} is {state}, no request can use it"
         for key in cfg.auth.keys
-        if not env.get(key.key_env)
+        if (state := _missing(env, key.key_env))
     ]
     metrics_env = cfg.auth.metrics_key_env
-    if metrics_env and not env.get(metrics_env):
+    if metrics_env and (state := _missing(env, metrics_env)):
         opens = "with a proxy key only" if cfg.auth.keys else "without a key"
-        out.append(f"auth.metricsKeyEnv: ${metrics_env} is unset, so /metrics answers {opens}")
+        out.append(f"auth.metricsKeyEnv: ${metrics_env} is {state}, so /metrics answers {opens}")
     used = cfg.agent_providers() if cfg.auth.keys else set()
     for name in sorted(used):
         key_env = cfg.providers[name].api_key_env
-        if not (key_env and env.get(key_env)):
+        if not key_env or _missing(env, key_env):
             fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv"
             out.append(
                 f"provider {name!r} will be called without credentials (proxy keys "
@@ -318,10 +361,16 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     emb = cfg.embedding.provider
     if emb != "builtin" and any(c.retrieval.enabled for c in (cfg.context, *cfg.resolved.values())):
         key_env = cfg.providers[emb].api_key_env
-        if not (key_env and env.get(key_env)):
+        if not key_env or _missing(env, key_env):
             fix = f"set ${key_env}" if key_env else "give it an apiKeyEnv if it needs a key"
             out.append(
                 f"embedding provider {emb!r} is called without credentials (embedding runs "
                 f"in the background, with no client's token): {fix}"
             )
     return out
+
+
+def _missing(env: Mapping[str, str], name: str) -> str | None:
+    """``unset`` or ``blank`` when the variable ``name`` holds no key, else None."""
+    value = env.get(name)
+    return "unset" if not value else None if value.strip() else "blank"

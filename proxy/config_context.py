@@ -8,6 +8,8 @@ The defaults carry the reasons they were chosen.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -25,7 +27,28 @@ __all__ = [
     "RetrievalConfig",
     "MemoryPromotionConfig",
     "HandoffConfig",
+    "unknown_key_hint",
 ]
+
+
+def unknown_key_hint(loc: Sequence[str], kind: str) -> str | None:
+    """For an unknown key (pydantic's ``extra_forbidden``), the key of the file it is closest
+    to, if any: a typo (``timeoutSecond``) is named with the key it meant."""
+    if kind != "extra_forbidden" or not loc:
+        return None
+    close = difflib.get_close_matches(str(loc[-1]), _known_keys(), n=1, cutoff=0.8)
+    return f"did you mean {close[0]}?" if close else None
+
+
+def _known_keys() -> set[str]:
+    """Every key of every block of the file (each ``Block`` subclass's fields' aliases)."""
+    found: set[str] = set()
+    todo: list[type[BaseModel]] = [Block]
+    while todo:
+        block = todo.pop()
+        todo.extend(block.__subclasses__())
+        found |= {f.alias or n for n, f in block.model_fields.items() if not f.exclude}
+    return found
 
 
 class Block(BaseModel):
@@ -147,7 +170,7 @@ class SummarizeConfig(Block):
     @model_validator(mode="after")
     def _soft_below_hard(self) -> SummarizeConfig:
         if self.soft_fraction > self.hard_fraction:
-            raise ValueError("summarize.softFraction must not exceed summarize.hardFraction")
+            raise ValueError("softFraction must not exceed hardFraction")
         return self
 
 

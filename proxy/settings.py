@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -24,8 +23,6 @@ __all__ = [
     "describe_errors",
     "load_settings",
     "settings_error",
-    "OTHER_VARIABLES",
-    "unknown_variables",
 ]
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
@@ -33,13 +30,15 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 
 _SERVICE_LINK_URL = re.compile(r"(?i)(tcp|udp|sctp)://")
-_SERVICE_LINK = re.compile(
-    r"CASCADE_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)"
-)
-"""The variables Kubernetes sets for a Service named ``cascade`` (service links)."""
 
 
 _EMPTY_MEANS_SOMETHING = frozenset({"tokenizer"})
+
+_POSTGRES_URL = re.compile(r"(?i)\s*postgres(ql)?://")
+_NOT_POSTGRES = (
+    "not a postgresql:// URL: give postgresql://user:password@host:5432/database (the only"
+    " form asyncpg takes, not libpq's key=value one)"
+)
 
 
 class Listen(BaseSettings):
@@ -153,7 +152,7 @@ class Settings(Listen):
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections
     pool_timeout_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
-    lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25)
+    lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25, allow_inf_nan=False)
     provider_max_connections: int = Field(default=256, ge=1)
     http_transport: Literal["httpx", "aiohttp"] = "aiohttp"
     max_internal_rounds: int = Field(default=4, ge=0)
@@ -165,11 +164,14 @@ class Settings(Listen):
     tracing: Literal["", "console", "otlp", "off"] = ""
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
-    embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60, allow_inf_nan=False)
     _database_url_from: str = PrivateAttr(default="DATABASE_URL")
 
     def with_database_url(self, url: str, source: str) -> Settings:
-        """These settings with ``database_url`` given by ``source`` (``--database-url``)."""
+        """These settings with ``database_url`` given by ``source`` (``--database-url``); a
+        :class:`SettingsError` naming ``source`` when it is no PostgreSQL URL."""
+        if not _POSTGRES_URL.match(url):
+            raise SettingsError(f"{source}: {_NOT_POSTGRES}")
         given = self.model_copy(update={"database_url": url})
         given._database_url_from = source
         return given
@@ -179,6 +181,16 @@ class Settings(Listen):
         variable that gave ``database_url``, else the embedded server."""
         return self._database_url_from if self.database_url else "the embedded server"
 
+    @field_validator("database_url", "database_listen_url")
+    @classmethod
+    def _postgres(cls, value: str | None) -> str | None:
+        """asyncpg takes a ``postgresql://`` or ``postgres://`` URL only: another (``mysql://``,
+        libpq's ``host=… password=…``) was refused as the start connected, after uvicorn's
+        lines, with exit status 3 as for a database down."""
+        if value is not None and not _POSTGRES_URL.match(value):
+            raise ValueError(_NOT_POSTGRES)
+        return value
+
     @field_validator("config", "data_dir", mode="before")
     @classmethod
     def _blank_path(cls, value: object) -> object:
@@ -187,11 +199,17 @@ class Settings(Listen):
         default database: read as a path each was ``.``, the working directory."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("log_level", "log_format", mode="before")
+    @field_validator(
+        *("log_level", "log_format", "tracing", "http_transport", "db_pooler"),
+        *("watch_config", "allow_unauthenticated"),
+        mode="before",
+    )
     @classmethod
-    def _lower_level(cls, value: object) -> object:
-        """``INFO`` as well as ``info``, ``JSON`` as well as ``json`` (as ``format_from_env``
-        reads it); an unknown name is refused at start, not by logging."""
+    def _lower_word(cls, value: object) -> object:
+        """Each setting that is one of a few words is read in any case: ``INFO`` as well as
+        ``info``, ``JSON`` as well as ``json`` (as ``format_from_env`` reads it), ``OTLP``,
+        ``HTTPX`` and ``Transaction`` as well; an unknown word is refused at start. And with
+        blanks around it (an env file's ``CASCADE_WATCH_CONFIG=false ``), as a number is."""
         return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("tokenizer")
@@ -199,7 +217,9 @@ class Settings(Listen):
     def _encoding(cls, value: str) -> str:
         """An encoding tiktoken does not have is a typo, refused at start: loading it would
         only warn, as offline does, and every token be counted by the estimate. Empty is the
-        estimate by choice; without tiktoken installed no name is judged."""
+        estimate by choice; without tiktoken installed no name is judged. Blanks around the
+        name (an env file's trailing space) are dropped, as around a number."""
+        value = value.strip()
         try:
             from tiktoken import list_encoding_names  # the shell's, never the core's
         except ImportError:
@@ -262,31 +282,63 @@ def _origin_problem(entry: str) -> str | None:
     return None
 
 
-def describe_errors(exc: ValidationError, name: Callable[[str], str] = str) -> str:
+def describe_errors(
+    exc: ValidationError,
+    name: Callable[[str], str] = str,
+    form: Callable[[list[str], str], str | None] | None = None,
+) -> str:
     """Pydantic's errors on one line, ``where: what; …``, without the values that failed:
     a refusal is logged and shown to every open event stream, and the value may be a
     secret put in the wrong place. ``name`` turns the first part of each location into
     what the user wrote. A check of our own (a validator's ``ValueError``) is its own
     sentence: pydantic's "Value error, " prefix goes, and so does the place of one across
-    the whole file, which pydantic has none for."""
+    the whole file, which pydantic has none for. ``form``: more to say of an error at a
+    location of a kind (``int_parsing``), what the setting takes, or the key a typo meant."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in error["loc"]]
         msg = error["msg"]
         if error["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
+        if form is not None and loc and (more := form(loc, error["type"])):
+            msg = f"{msg}; {more}"
         parts.append(f"{'.'.join([name(loc[0]), *loc[1:]])}: {msg}" if loc else msg)
     return "; ".join(parts)
 
 
+# pydantic's errors of a value of the wrong form: they name the type, not the unit
+_UNSAID = frozenset({"int_parsing", "int_from_float", "float_parsing", "bool_parsing"})
+
+
+def _form(loc: list[str], kind: str) -> str | None:
+    """What the setting at ``loc`` takes, for an error of ``kind`` that does not say it: a
+    variable is text, so a unit or suffix (``15s``, ``32MiB``) is the likely mistake."""
+    takes = _takes(loc[0], kind)
+    return f"give {takes}" if takes else None
+
+
+def _takes(name: str, kind: str) -> str | None:
+    field = Settings.model_fields.get(name)
+    if field is None or kind not in _UNSAID:
+        return None
+    if field.annotation is bool:
+        return "true or false (or 1/0, yes/no, on/off)"
+    if name.endswith("_bytes"):
+        return f"a whole number of bytes, no unit or suffix ({32 * 1024 * 1024} for 32 MiB)"
+    if name.endswith("_seconds"):
+        return "a number of seconds, no unit (2.5)"
+    return "a whole number" if field.annotation is int else None
+
+
 def settings_error(exc: ValidationError) -> str:
-    """A refused setting, named by its environment variable (``CASCADE_PORT``, not ``port``)."""
+    """A refused setting, named by its environment variable (``CASCADE_PORT``, not ``port``),
+    with the form it takes when pydantic's words do not say it."""
     fields = Settings.model_fields
 
     def variable(loc: str) -> str:
         return f"CASCADE_{loc.upper()}" if loc in fields else loc
 
-    return describe_errors(exc, variable)
+    return describe_errors(exc, variable, _form)
 
 
 class SettingsError(ValueError):
@@ -301,56 +353,3 @@ def load_settings() -> Settings:
         return Settings().with_default_config()
     except ValidationError as exc:
         raise SettingsError(settings_error(exc)) from None
-
-
-OTHER_VARIABLES = frozenset(
-    {
-        "CASCADE_URL",  # the session and memory commands (cascade-proxy sessions …)
-        "CASCADE_API_KEY",
-        "CASCADE_DB_PASSWORD",  # docker compose's .env
-        "CASCADE_PUBLISH_PORT",
-        "CASCADE_BENCH_UPSTREAM",  # bench/ and the test suites
-        "CASCADE_TRAJECTORIES",
-        "CASCADE_RELIABILITY_REPORT",
-        "CASCADE_SOAK",
-        "CASCADE_UPDATE_SNAPSHOT",
-        "CASCADE_UPDATE_SCREENSHOT",
-        "CASCADE_CONSOLE_SCREENSHOT",
-        "CASCADE_CHROMIUM",
-    }
-)
-"""``CASCADE_*`` variables the project reads elsewhere than :class:`Settings`; with
-``CASCADE_TEST_*`` (test helpers) they are never taken for a typo."""
-
-
-def unknown_variables(environ: Mapping[str, str], referenced: Iterable[str] = ()) -> str | None:
-    """One line naming the ``CASCADE_*`` variables nothing reads, each with the setting it is
-    closest to (difflib), if any; None when there is none. ``referenced`` are the variables
-    the config names (``keyEnv``, ``apiKeyEnv``, ``metricsKeyEnv``). Only names are quoted,
-    never values: a secret set under a misspelt name stays out of the log."""
-    prefix = "CASCADE_"
-    # Compared without the prefix every name shares, or any short name would look close.
-    known = {}
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias  # DATABASE_URL is read, not CASCADE_DATABASE_URL
-        known.update(
-            {alias: alias} if isinstance(alias, str) else {name.upper(): prefix + name.upper()}
-        )
-    known.update({name.removeprefix(prefix): name for name in OTHER_VARIABLES})
-    referenced = set(referenced)
-    read = set(known.values())
-    found = []
-    for name in sorted(environ):
-        upper = name.upper()  # pydantic-settings reads cascade_port as CASCADE_PORT
-        if not upper.startswith(prefix) or upper.startswith(prefix + "TEST_"):
-            continue
-        if upper in read or name in referenced or _SERVICE_LINK.fullmatch(upper):
-            continue
-        close = difflib.get_close_matches(upper.removeprefix(prefix), known, n=1, cutoff=0.75)
-        found.append(f"{name} (did you mean {known[close[0]]}?)" if close else name)
-    if not found:
-        return None
-    return (
-        f"unknown environment variable{'s' if len(found) > 1 else ''} ignored: "
-        f"{', '.join(found)}; the settings are listed in README, Configuration"
-    )

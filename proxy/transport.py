@@ -42,6 +42,7 @@ import ssl
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Literal
+from urllib.parse import urlsplit
 from urllib.request import getproxies
 
 import httpx
@@ -121,8 +122,13 @@ def check_proxies(kind: Kind) -> None:
         usable |= {"socks5", "socks5h"}
     for proxy in get_environment_proxies().values():
         scheme, _, rest = (proxy or "").partition("://")
+        shown = f"{scheme}://{rest.rpartition('@')[2]}"  # never its user:password
+        if proxy and not _usable_address(proxy):  # each call through it would fail
+            raise ConfigError(
+                f"the egress proxy {shown} (HTTP_PROXY / HTTPS_PROXY / ALL_PROXY) is not a URL"
+                " with a host and a port 1-65535"
+            )
         if proxy and scheme.lower() not in usable:
-            shown = f"{scheme}://{rest.rpartition('@')[2]}"  # never its user:password
             hint = {
                 "aiohttp": "; for SOCKS set CASCADE_HTTP_TRANSPORT=httpx and install socksio",
                 "httpx": "" if "socks5" in usable else "; for a SOCKS proxy install socksio",
@@ -132,6 +138,15 @@ def check_proxies(kind: Kind) -> None:
                 f" CASCADE_HTTP_TRANSPORT={kind} can use: it takes"
                 f" {', '.join(sorted(s + '://' for s in usable))} proxies{hint}"
             )
+
+
+def _usable_address(url: str) -> bool:
+    """Whether ``url`` has a host and, if it names one, a port 1-65535."""
+    try:
+        u = urlsplit(url)
+        return bool(u.hostname) and u.port != 0
+    except ValueError:  # a port that is no number or out of range, a stray bracket
+        return False
 
 
 def check_trust() -> None:

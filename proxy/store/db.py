@@ -263,7 +263,7 @@ async def connect(
         asyncpg.PostgresError,
         asyncpg.InterfaceError,
     ) as exc:
-        reason = redact_dsn(f"{type(exc).__name__}: {exc}")
+        reason = redact_dsn(f"{type(exc).__name__}: {exc}", dsn)
         if isinstance(exc, TimeoutError) and not str(exc):  # asyncpg's says nothing
             reason = f"TimeoutError: no answer within {kwargs.get('timeout', 60):g} s"
         where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"

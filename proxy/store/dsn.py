@@ -8,6 +8,7 @@ else. Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 __all__ = ["redact_dsn"]
 
@@ -46,9 +47,43 @@ def _bare_masked(run: re.Match[str]) -> str:
     return _BARE_USERINFO.sub(r"\1***@", run.group())
 
 
-def redact_dsn(text: str) -> str:
+_PIECE = re.compile(r"[^@/?#:&=\s']+")
+"""A run of a password between the characters a URL reader splits at."""
+
+
+def redact_dsn(text: str, dsn: str | None = None) -> str:
     """``text`` with each URL's password (in the authority, or as ``password=``) and its
     client key's passphrase (``sslpassword=``) replaced by ***, and so the password of what
-    looks like ``user:password@`` in a malformed URL."""
+    looks like ``user:password@`` in a malformed URL. ``dsn``: the URL ``text`` is a
+    reader's complaint about. A password with an unencoded ``@``, ``/``, ``?`` or ``#`` is
+    read as something else, and asyncpg quotes what it read (``bad query field:
+    'RET@h/db'``, ``invalid literal for int(): 'word@h:5432'``) with no ``user:`` before it
+    to know it by: each run of ``dsn``'s passwords is masked wherever it stands, or, one
+    under three characters (which any word may hold), where it is quoted whole."""
     masked = _SPACED_PASSWORD.sub(r"\1***@", _TO_LAST_AT.sub(_url_masked, text))
-    return _PARAM_PASSWORD.sub(r"\1***", _TO_LAST_AT.sub(_bare_masked, masked))
+    masked = _PARAM_PASSWORD.sub(r"\1***", _TO_LAST_AT.sub(_bare_masked, masked))
+    for piece in sorted(_pieces(dsn) if dsn else (), key=len, reverse=True):
+        short = len(piece) < 3
+        masked = masked.replace(f"'{piece}'" if short else piece, "'***'" if short else "***")
+    return masked
+
+
+def _pieces(dsn: str) -> set[str]:
+    """The runs (``_PIECE``) of each password ``redact_dsn`` masks in ``dsn``."""
+    found: set[str] = set()
+
+    def keep(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
+        def each(match: re.Match[str]) -> str:
+            found.update(_PIECE.findall(match.group()[len(match.group(1)) :]))
+            return match.group()
+
+        return each
+
+    def runs(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
+        return lambda run: pattern.sub(keep(pattern), run.group())
+
+    _TO_LAST_AT.sub(runs(_URL_PASSWORD), dsn)
+    _SPACED_PASSWORD.sub(keep(_SPACED_PASSWORD), dsn)
+    _TO_LAST_AT.sub(runs(_BARE_USERINFO), dsn)
+    _PARAM_PASSWORD.sub(keep(_PARAM_PASSWORD), dsn)
+    return found

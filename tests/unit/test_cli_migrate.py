@@ -194,7 +194,10 @@ def test_a_database_url_that_is_none_is_a_setting_to_mend(
     script retries for ever: no retry mends a typo in ``DATABASE_URL``."""
     monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
     assert cli.main(["migrate", "--database-url", url]) == 2
-    assert "(--database-url): " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # another scheme is refused with the settings, before asyncpg reads it
+    named = "migrate: --database-url: not a postgresql://" if url.startswith("mysql") else "(--"
+    assert named in err, err
 
 
 def test_a_certificate_the_url_names_that_does_not_load_is_a_setting_to_mend(

@@ -89,7 +89,12 @@ def test_agent_naming_unknown_provider_is_rejected() -> None:
         ({"agents": {"x": {"provider": "vllm"}}}, "agents.x.provider 'vllm' is not in providers"),
         (
             {"context": {"summarize": {"softFraction": 0.95, "hardFraction": 0.9}}},
-            "context.summarize: summarize.softFraction must not exceed summarize.hardFraction",
+            # the block was named twice: "context.summarize: summarize.softFraction …"
+            "context.summarize: softFraction must not exceed hardFraction",
+        ),
+        (
+            {"agents": {"a": {"context": {"summarize": {"softFraction": 0.95}}}}},
+            "agents.a.context: summarize: softFraction must not exceed hardFraction",
         ),
         # each used to be accepted, then every request without max_tokens was a 400
         (

@@ -249,3 +249,33 @@ def test_a_tenant_holding_a_nul_is_refused_naming_the_key() -> None:
     its session (``CharacterNotInRepertoireError``): the config says so instead."""
     with pytest.raises(ConfigError, match=r"auth\.keys\[0\]\.tenant: .*NUL"):
         parse_config({"auth": {"keys": [{"keyEnv": "K", "tenant": "a\x00b"}]}}, env={"K": "k"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            {"providers": {"p": {"baseUrl": "http://h/v1", "timeoutSecond": 5}}},
+            "providers.p.timeoutSecond: Extra inputs are not permitted; did you mean "
+            "timeoutSeconds?",
+        ),
+        (
+            {"agents": {"a": {"context": {"eviction": {"keepRecentRound": 1}}}}},
+            "agents.a.context: eviction.keepRecentRound: Extra inputs are not permitted; did "
+            "you mean keepRecentRounds?",
+        ),
+        (
+            {"context": {"sumarize": {}}},
+            "context.sumarize: Extra inputs are not permitted; did you mean summarize?",
+        ),
+        ({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+    ],
+)
+def test_an_unknown_key_is_named_with_the_key_it_is_closest_to(
+    raw: dict[str, Any], reason: str
+) -> None:
+    """The schema said only "Extra inputs are not permitted": a typo is named with the key
+    it meant, as a misspelt ``CASCADE_*`` variable is; one close to none stays as it was."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, env={})
+    assert str(refused.value) == reason

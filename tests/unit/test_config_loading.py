@@ -183,6 +183,24 @@ def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() 
     assert config_warnings(parse_config(metrics, env), {"SCRAPE_KEY": "k"}) == []
 
 
+def test_a_key_variable_of_only_blanks_is_warned_about_as_no_key() -> None:
+    """The gate, the banner and the provider calls strip a key (an empty secrets file leaves
+    its newline): a variable of blanks holds none, and the warnings say so as for an unset
+    one, where they said nothing."""
+    raw = {
+        "providers": {"paid": {"baseUrl": "http://127.0.0.1:8/v1", "apiKeyEnv": "PAID_KEY"}},
+        "agents": {"default": {"provider": "paid"}},
+        "auth": {"keys": [{"keyEnv": "TEAM_A_KEY", "tenant": "a"}], "metricsKeyEnv": "SCRAPE"},
+    }
+    env = {"TEAM_A_KEY": "\n", "PAID_KEY": " ", "SCRAPE": "\t\n"}
+    assert config_warnings(parse_config(raw, env), env) == [
+        "auth key of tenant 'a': $TEAM_A_KEY is blank, no request can use it",
+        "auth.metricsKeyEnv: $SCRAPE is blank, so /metrics answers with a proxy key only",
+        "provider 'paid' will be called without credentials (proxy keys are never "
+        "forwarded): set $PAID_KEY",
+    ]
+
+
 def test_the_holder_logs_the_warnings(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

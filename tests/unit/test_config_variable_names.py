@@ -94,6 +94,8 @@ def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
     reason = str(refused.value)
     assert reason.startswith(f"providers.p.apiKeyEnv: ${provider_env} "), reason
     assert "auth.keys[0]" in reason and "shared-key" not in reason
+    # one variable for both was said as "$K_A is $K_A (auth.keys[0])"
+    assert f"${provider_env} is ${provider_env}" not in reason
 
 
 def test_a_kubernetes_variable_name_is_taken() -> None:

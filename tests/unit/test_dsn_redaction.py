@@ -163,3 +163,23 @@ def test_a_cause_naming_a_url_loses_its_whole_user_and_password(url: str, kept: 
         said = causes(exc)
     assert "SECRET" not in said
     assert kept in said
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://u:TOP@SEC?RET@127.0.0.1:1/db",  # bad query field: 'RET@127.0.0.1:1/db'
+        "postgresql://u:TOP@SECRET:word@127.0.0.1:1/db",  # int(): 'word@127.0.0.1:1'
+        "postgresql://u:SE/CRET@127.0.0.1:1/db",  # int(): 'SE', the port asyncpg read
+        "postgresql://u:SE#CRET@127.0.0.1:1/db",
+    ],
+)
+async def test_what_asyncpg_quotes_of_a_misread_password_is_masked(dsn: str) -> None:
+    """A password with an unencoded "@", "/", "?" or "#" is read as a host, a port or a query,
+    and asyncpg's complaint quotes that part with no "user:" before it: the pieces of the
+    URL's password are masked in it wherever they stand."""
+    with pytest.raises(DatabaseUnavailable) as info:
+        await connect(dsn, timeout=5)
+    said = str(info.value)
+    assert "ValueError" in said
+    assert not any(piece in said for piece in ("RET", "SEC", "word", "'SE'")), said

@@ -46,6 +46,7 @@ from proxy.services.resent import ResentBodies
 from proxy.services.retrieval import RACE_SLACK, RESCAN_WINDOWS
 from proxy.session_id import SESSION_ID_RE
 from proxy.settings import Settings
+from proxy.settings_names import OTHER_VARIABLES
 from proxy.store.embeddings import CLAIM_WINDOW
 from proxy.store.leases import POLL_MAX_SECONDS
 from proxy.store.migrations import LOCK_RETRY_SECONDS, LOCK_WAIT_SECONDS
@@ -209,25 +210,52 @@ def test_the_configuration_table_states_the_code_defaults() -> None:
     assert [s for s in stated if s[2] != s[3]] == []
 
 
+def _variables() -> dict[str, str]:
+    """Each setting's field name by the variable that sets it (``CASCADE_PORT``,
+    ``DATABASE_URL``)."""
+    out = {}
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        out[alias if isinstance(alias, str) else f"CASCADE_{name.upper()}"] = name
+    return out
+
+
+_PROSE_DEFAULTS = {"config", "data_dir"}
+"""Settings whose default README states in words (found at run time), not as a value."""
+
+
 def test_the_environment_table_states_the_settings_defaults() -> None:
-    """Each row of one ``CASCADE_*`` variable whose default is a plain value (a number, or one
-    word in backticks) states the setting's default."""
-    checked = {}
+    """Each row naming settings' variables (``| `A` / `B` | a / b |`` too) states each one's
+    default: a plain value (a number, or one word in backticks), or ``unset`` for one whose
+    default is nothing (None, empty, false). And each ``CASCADE_*`` variable a row names is a
+    setting's, or one the project reads elsewhere: none is documented and never read."""
+    variables, checked = _variables(), {}
     for line in LINES:
-        row = re.match(r"\| `CASCADE_(\w+)` \| (`\w+`|[\d.]+) \|", line)
+        row = re.match(r"\| ((?:`[A-Z_]+`(?: / )?)+) \| ([^|]+) \|", line)
         if row is None:
             continue
-        field = Settings.model_fields[row[1].lower()]
-        stated = row[2].strip("`")
-        default = field.default
-        if isinstance(default, bool):
-            assert stated == str(default).lower(), row[1]
-        elif isinstance(default, int | float):
-            assert float(stated) == default, row[1]
-        else:
-            assert stated == default, row[1]
-        checked[row[1]] = stated
-    assert {"MAX_BODY_BYTES", "POOL_MAX_SIZE", "LEASE_TTL_SECONDS", "LOG_LEVEL"} <= set(checked)
+        named = re.findall(r"`([A-Z_]+)`", row[1])
+        stated_all = [s.strip() for s in row[2].split(" / ")]
+        if len(stated_all) != len(named):
+            stated_all = [row[2].strip()] * len(named)
+        for variable, stated in zip(named, stated_all, strict=True):
+            if variable.startswith("CASCADE_"):
+                assert variable in variables or variable in OTHER_VARIABLES, variable
+            if variable not in variables or variables[variable] in _PROSE_DEFAULTS:
+                continue
+            default = Settings.model_fields[variables[variable]].default
+            if stated.startswith("unset"):
+                assert not default, variable
+            elif isinstance(default, bool):
+                assert stated.strip("`") == str(default).lower(), variable
+            elif isinstance(default, int | float):
+                assert float(stated.strip("`")) == default, variable
+            else:
+                assert stated.strip("`") == default, variable
+            checked[variable] = stated
+    assert set(checked) == set(variables) - {
+        v for v, name in variables.items() if name in _PROSE_DEFAULTS
+    }
 
 
 def test_the_transient_events_readme_names_are_the_transient_ones() -> None:

@@ -13,8 +13,9 @@ from proxy.settings import (
     Settings,
     SettingsError,
     load_settings,
-    unknown_variables,
 )
+from proxy.settings_names import unknown_variables
+from tests.unit.readme import README
 from tests.unit.starts import START_COMMANDS, run_start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,6 +102,19 @@ def test_no_variable_the_project_documents_is_taken_for_a_typo() -> None:
     assert unknown_variables(dict.fromkeys(documented, "x"), referenced) is None
 
 
+def test_no_variable_the_project_reads_is_taken_for_a_typo() -> None:
+    """Each ``CASCADE_*`` variable code of the project reads from the environment, the bench's
+    too: ``bench.longrun --profile`` gives the proxy it starts ``CASCADE_BENCH_PROFILE``,
+    which the proxy's start then named as a misspelt setting."""
+    read: set[str] = set()
+    pattern = r"(?:environ(?:\.get\(|\[)|getenv\()\s*[\"'](CASCADE_[A-Z0-9_]+)[\"']"
+    for folder in ("proxy", "bench", "scripts"):
+        for path in (REPO / folder).rglob("*.py"):
+            read |= set(re.findall(pattern, path.read_text(encoding="utf-8")))
+    assert "CASCADE_BENCH_PROFILE" in read and "CASCADE_LOG_FORMAT" in read
+    assert unknown_variables(dict.fromkeys(read, "x")) is None
+
+
 @pytest.mark.parametrize("command", START_COMMANDS)
 def test_a_misspelt_variable_is_one_warning_at_start_without_its_value(
     command: list[str], tmp_path: Path
@@ -184,9 +198,33 @@ def test_the_log_format_is_read_in_any_case(value: str, monkeypatch: pytest.Monk
     assert Settings().log_format == "json"
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "read"),
+    [
+        ("CASCADE_TRACING", "OTLP", "otlp"),
+        ("CASCADE_TRACING", " Off ", "off"),
+        ("CASCADE_HTTP_TRANSPORT", "HTTPX", "httpx"),
+        ("CASCADE_DB_POOLER", "Transaction", "transaction"),
+        # a switch with blanks around it was refused, where a number is read
+        ("CASCADE_WATCH_CONFIG", " False ", False),
+        ("CASCADE_ALLOW_UNAUTHENTICATED", "true\t", True),
+    ],
+)
+def test_every_setting_of_a_few_words_is_read_in_any_case(
+    variable: str, value: str, read: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``CASCADE_LOG_LEVEL`` and ``CASCADE_LOG_FORMAT`` are: ``OTLP`` refused the start
+    while ``INFO`` was taken."""
+    monkeypatch.setenv(variable, value)
+    assert getattr(load_settings(), variable.removeprefix("CASCADE_").lower()) == read
+
+
 @pytest.mark.parametrize("name", ["o200k_base", "cl100k_base", ""])
 def test_a_tiktoken_encoding_or_none_is_taken(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASCADE_TOKENIZER", name)
+    assert load_settings().tokenizer == name
+    # an env file's trailing space refused the start, listing the very name given
+    monkeypatch.setenv("CASCADE_TOKENIZER", f"{name} ")
     assert load_settings().tokenizer == name
 
 
@@ -304,15 +342,83 @@ def test_a_pool_no_postgresql_can_serve_is_refused_at_start(
     assert load_settings().pool_max_size == 262143
 
 
-@pytest.mark.parametrize("variable", ["CASCADE_KEEPALIVE_SECONDS", "CASCADE_POOL_TIMEOUT_SECONDS"])
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "CASCADE_KEEPALIVE_SECONDS",
+        "CASCADE_POOL_TIMEOUT_SECONDS",
+        "CASCADE_LEASE_TTL_SECONDS",
+        "CASCADE_EMBEDDING_POLL_SECONDS",
+    ],
+)
 @pytest.mark.parametrize("value", ["inf", "Infinity", "nan"])
 def test_a_duration_that_is_not_a_finite_number_is_refused_at_start(
     variable: str, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The config file refuses non-finite numbers; a variable took ``inf``: a keep-alive
-    that never comes, a wait for a pooled connection that never ends."""
+    that never comes, a wait for a pooled connection that never ends. A bounded one said
+    ``nan`` was over its ceiling."""
     monkeypatch.setenv(variable, value)
-    with pytest.raises(SettingsError, match=rf"^{variable}: "):
+    with pytest.raises(SettingsError, match=rf"^{variable}: Input should be a finite number$"):
         load_settings()
     monkeypatch.setenv(variable, "2.5")
     assert getattr(load_settings(), variable.removeprefix("CASCADE_").lower()) == 2.5
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "form"),
+    [
+        ("CASCADE_MAX_BODY_BYTES", "32MiB", "a whole number of bytes, no unit or suffix"),
+        ("CASCADE_KEEPALIVE_SECONDS", "15s", "a number of seconds, no unit (2.5)"),
+        ("CASCADE_LEASE_TTL_SECONDS", "500ms", "a number of seconds, no unit (2.5)"),
+        ("CASCADE_WATCH_CONFIG", "maybe", "true or false (or 1/0, yes/no, on/off)"),
+        ("CASCADE_ALLOW_UNAUTHENTICATED", "y3s", "true or false (or 1/0, yes/no, on/off)"),
+        ("CASCADE_POOL_MAX_SIZE", "1.5", "a whole number"),
+    ],
+)
+def test_a_value_of_the_wrong_form_is_refused_saying_the_form(
+    variable: str, value: str, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic says "a valid integer" or "a valid boolean", not that a size takes no
+    suffix or a duration no unit, nor which words a boolean takes: the refusal says it, on
+    its one line, still without the value."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    said = str(refused.value)
+    assert said.startswith(f"{variable}: Input should be a valid ") and "\n" not in said
+    assert said.endswith(f"; give {form}") or f"; give {form} (" in said, said
+    assert value not in said
+
+
+def test_readme_quotes_the_refusal_of_a_duration_with_a_unit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CASCADE_KEEPALIVE_SECONDS", "15s")
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    assert f"(`{refused.value}`)" in README
+
+
+@pytest.mark.parametrize("variable", ["DATABASE_URL", "DATABASE_LISTEN_URL"])
+@pytest.mark.parametrize(
+    "value", ["mysql://u:pw-SECRET@h/db", "host=h user=u password=pw-SECRET", "h:5432/db"]
+)
+def test_a_database_url_asyncpg_cannot_read_is_refused_as_a_setting(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was refused only as the start connected, after uvicorn's lines, with the exit
+    status of a database down (3) and asyncpg's words ("scheme is expected …")."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/db")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=rf"^{variable}: not a postgresql:// URL") as refused:
+        load_settings()
+    assert "SECRET" not in str(refused.value)
+    monkeypatch.setenv(variable, "postgres://u:pw@h:5432/db")
+    assert getattr(load_settings(), variable.lower()) == "postgres://u:pw@h:5432/db"
+
+
+def test_a_database_url_flag_asyncpg_cannot_read_is_refused_naming_the_flag() -> None:
+    with pytest.raises(SettingsError, match=r"^--database-url: not a postgresql:// URL") as no:
+        Settings().with_database_url("host=h password=pw-SECRET", "--database-url")
+    assert "SECRET" not in str(no.value)

@@ -26,6 +26,7 @@ from proxy.transport import (
     ProviderTransport,
     TlsSettings,
     build_client,
+    check_proxies,
 )
 
 _VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
@@ -92,6 +93,23 @@ def test_a_proxy_the_transport_cannot_speak_to_stops_the_start(
     assert "pw-SECRET" not in str(refused.value)
     monkeypatch.delenv("ALL_PROXY")
     create_app(settings)  # http:// proxies only: starts
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    ["http://u:pw-SECRET@egress:notaport", "http://u:pw-SECRET@egress:99999", "http://:3128"],
+)
+def test_an_egress_proxy_that_is_no_address_stops_the_start(
+    proxy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was taken, and every call through it failed: under httpx a 502 telling the user to
+    fix the provider's baseUrl, under aiohttp (a port past 65535) an error no answer maps."""
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    for kind in ("aiohttp", "httpx"):
+        with pytest.raises(ConfigError, match="is not a URL with a host and a port") as refused:
+            check_proxies(kind)
+        assert "pw-SECRET" not in str(refused.value)
+        assert "(HTTP_PROXY / HTTPS_PROXY / ALL_PROXY)" in str(refused.value)
 
 
 def test_each_tls_setting_gets_its_own_context(tmp_path: Path) -> None:
