@@ -66,6 +66,7 @@ from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
 from proxy.settings import Settings
+from proxy.stopping import StopClock
 from proxy.store import writes
 from proxy.store.db import unavailable_when_lost
 from proxy.store.leases import SessionBusy, poll_delays
@@ -130,6 +131,7 @@ class ChatService:
         settings: Settings,
         summarizer: DurableSummarizer,
         leases: Leases,
+        stop: StopClock | None = None,
     ) -> None:
         self.summarizer = summarizer
         self.leases = leases
@@ -145,7 +147,9 @@ class ChatService:
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
         self.relief = PressureRelief(summarizer)
-        self.forward = Forwarder(upstream=upstream, settings=settings, bus=bus, pool=pool)
+        self.forward = Forwarder(
+            upstream=upstream, settings=settings, bus=bus, pool=pool, stop=stop
+        )
 
     async def complete(
         self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext

@@ -17,7 +17,7 @@ from sse_starlette.sse import AppStatus, EventSourceResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proxy import server as server_mod
+from proxy import server as server_mod, stopping
 from proxy.server import _Server
 
 
@@ -96,3 +96,18 @@ def test_event_source_response_marks_an_interrupted_send() -> None:
     """``EventStream`` reads it to tell a stream the stop cut (its send never returned)."""
     response = EventSourceResponse(iter(()))
     assert response._send_interrupted is False
+
+
+def test_uvicorns_signal_sets_the_flag_the_stop_clock_reads() -> None:
+    """``proxy.stopping`` learns of the stop from sse-starlette's ``AppStatus.should_exit``,
+    which its hook on uvicorn's ``Server.handle_exit`` sets, under ``serve``'s server and a
+    plain one alike: a release that drops the hook fails here, not as streams a stop never
+    bounds."""
+    for server_class in (uvicorn.Server, _Server):
+        srv = server_class(uvicorn.Config(app=lambda scope, receive, send: None))
+        assert not stopping.stop_requested()
+        try:
+            srv.handle_exit(signal.SIGTERM, None)
+            assert stopping.stop_requested()
+        finally:
+            AppStatus.should_exit = False
