@@ -1,5 +1,6 @@
-"""The private parts of uvicorn and sse_starlette that a stop reads (proxy/server.py's
-reaper of unread connections, proxy/api/event_stream.py), on the installed versions and on
+"""The private parts of uvicorn that a stop reads (proxy/server.py's reaper of unread
+connections, its signals raised again), and sse-starlette's flag the stop's grace begins
+with (proxy/stopping.py), on the installed versions and on
 both of uvicorn's HTTP protocols (httptools, which ``serve`` takes when it is installed, and
 h11, without it): an upgrade that renames one fails here rather than silently leaving a
 frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from sse_starlette.sse import AppStatus, EventSourceResponse
+from sse_starlette.sse import AppStatus
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -90,12 +91,6 @@ def test_uvicorn_keeps_the_signals_it_raises_again_in_a_list() -> None:
     assert srv._captured_signals == [signal.SIGINT] and srv.stopped_by == signal.SIGTERM
     AppStatus.should_exit = False  # the stop sets it process-wide (sse_starlette)
     logging.getLogger("uvicorn.error").removeFilter(server_mod._no_errors)  # as serve does
-
-
-def test_event_source_response_marks_an_interrupted_send() -> None:
-    """``EventStream`` reads it to tell a stream the stop cut (its send never returned)."""
-    response = EventSourceResponse(iter(()))
-    assert response._send_interrupted is False
 
 
 def test_uvicorns_signal_sets_the_flag_the_stop_clock_reads() -> None:
