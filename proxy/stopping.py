@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -34,6 +35,8 @@ __all__ = [
     "watch_stop",
     "within_grace",
 ]
+
+log = logging.getLogger("cascade")
 
 STOP_GRACE_SECONDS = 25.0
 """The default grace: within Kubernetes' default ``terminationGracePeriodSeconds`` (30 s)
@@ -105,13 +108,24 @@ class StopClock:
             wake()
 
 
-async def within_grace(clock: StopClock, tasks: Collection[asyncio.Task[Any]]) -> int:
+async def within_grace(
+    clock: StopClock, tasks: Collection[asyncio.Task[Any]], what: str, lost: str
+) -> int:
     """Wait for ``tasks`` until ``clock``'s grace is over (a whole grace from now when the
-    stop has not begun: a lifespan closed with no signal); how many still run then."""
+    stop has not begun: a lifespan closed with no signal); how many still run then, said in
+    one warning naming ``what`` they are and what is ``lost`` when the caller cuts them."""
     pending = {task for task in tasks if not task.done()}
     if pending:
         left = clock.left()
         _, pending = await asyncio.wait(pending, timeout=clock.grace if left is None else left)
+    if pending:
+        log.warning(
+            "stopping: %d %s still running after the stop's grace (%g s) are cut; %s",
+            len(pending),
+            what,
+            clock.grace,
+            lost,
+        )
     return len(pending)
 
 

@@ -178,14 +178,9 @@ class DurableSummarizer:
     async def aclose(self) -> None:
         """Wait for the promotions running within the stop's grace (their facts are not
         lost to a stop), then end what runs: a compaction closes as interrupted."""
+        lost = "their spans' facts are not extracted"
         try:
-            if cut := await within_grace(self._stop, self._promotions):
-                log.warning(
-                    "stopping: %d memory promotion(s) still running after the stop's grace "
-                    "(%g s) were cut; their spans' facts are not extracted",
-                    cut,
-                    self._stop.grace,
-                )
+            await within_grace(self._stop, self._promotions, "memory promotion(s)", lost)
         finally:
             await self._end_all()
 
