@@ -30,6 +30,8 @@ error object goes out as an error frame), and a chunk whose choices or tool call
 the relay, the stored reply and the client would each read it differently. So does an event
 over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
+Once a stop's grace is over (``proxy/stopping.py``) the round ends where it is, its provider
+silent or still sending (``stop_ended``), and the caller sends the stop's error frame.
 """
 
 from __future__ import annotations
