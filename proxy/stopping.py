@@ -111,13 +111,17 @@ class StopClock:
 async def within_grace(
     clock: StopClock, tasks: Collection[asyncio.Task[Any]], what: str, lost: str
 ) -> int:
-    """Wait for ``tasks`` until ``clock``'s grace is over (a whole grace from now when the
-    stop has not begun: a lifespan closed with no signal); how many still run then, said in
-    one warning naming ``what`` they are and what is ``lost`` when the caller cuts them."""
-    pending = {task for task in tasks if not task.done()}
-    if pending:
-        left = clock.left()
-        _, pending = await asyncio.wait(pending, timeout=clock.grace if left is None else left)
+    """Wait for ``tasks`` (a live collection: one added meanwhile is waited for too) until
+    ``clock``'s grace is over (a whole grace from now when the stop has not begun: a
+    lifespan closed with no signal); how many still run then, said in one warning naming
+    ``what`` they are and what is ``lost`` when the caller cuts them."""
+    loop = asyncio.get_running_loop()
+    left = clock.left()
+    until = loop.time() + (clock.grace if left is None else left)
+    while (pending := {task for task in tasks if not task.done()}) and loop.time() < until:
+        await asyncio.wait(
+            pending, timeout=until - loop.time(), return_when=asyncio.FIRST_COMPLETED
+        )
     if pending:
         log.warning(
             "stopping: %d %s still running after the stop's grace (%g s) are cut; %s",
