@@ -43,6 +43,7 @@ from proxy.services.leases import Leases
 from proxy.services.retrieval import EmbeddingWorker
 from proxy.settings import Settings, SettingsError, load_settings
 from proxy.settings_names import unknown_variables
+from proxy.stopping import StopClock, watch_stop
 from proxy.store.db import pooler_kwargs
 from proxy.store.memory import key_stored_facts
 from proxy.store.migrations import run_migrations
@@ -219,6 +220,8 @@ def create_app(
             )
             leases.start()
             stack.push_async_callback(leases.aclose)
+            stop_clock = StopClock(settings.stop_grace_seconds)  # the stop's grace
+            stack.push_async_callback(stop_task, asyncio.create_task(watch_stop(stop_clock)))
             summarizer = DurableSummarizer(
                 pool=pool,
                 upstream=upstream,
@@ -226,6 +229,7 @@ def create_app(
                 count=count,
                 acquire_timeout=settings.pool_timeout_seconds,
                 leases=leases,
+                stop=stop_clock,
             )
             stack.push_async_callback(summarizer.aclose)
             await summarizer.close_interrupted()  # compactions a kill (or a stop) cut short
@@ -237,6 +241,7 @@ def create_app(
                 settings=settings,
                 summarizer=summarizer,
                 leases=leases,
+                stop=stop_clock,
             )
             embedders = Embedders(
                 lambda: holder.current,

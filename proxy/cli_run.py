@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import math
 import os
 import signal
 import sys
@@ -35,6 +36,7 @@ from proxy.pgembed import DataDirUnusable, EmbeddedUnavailable, require_embedded
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error
 from proxy.settings_names import unknown_variables
+from proxy.stopping import STORE_SECONDS
 from proxy.store.db import (
     DatabaseUnavailable,
     PoolerMismatch,
@@ -138,6 +140,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(settings: Settings) -> int:
+    """Serve until stopped; uvicorn's own ``timeout_graceful_shutdown`` cancels what still
+    runs :data:`~proxy.stopping.STORE_SECONDS` after the stop's grace (a request that is no
+    stream, waiting on its provider), so the stop has a bound whatever runs."""
     app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
     return serve(
         app,
@@ -146,6 +151,7 @@ def _serve(settings: Settings) -> int:
         log_level=settings.log_level,
         log_config=None,
         access_log=False,
+        timeout_graceful_shutdown=math.ceil(settings.stop_grace_seconds + STORE_SECONDS),
     )
 
 

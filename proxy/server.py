@@ -1,7 +1,9 @@
 """``cascade-proxy serve``'s uvicorn server, whose second Ctrl-C quits quietly.
 
 The first Ctrl-C (or SIGTERM) is uvicorn's graceful shutdown: no new connections, the
-requests in flight finish, then the lifespan closes. A second Ctrl-C is uvicorn's force
+requests in flight finish (a chat stream within the stop's grace, ``proxy.stopping``; what
+still runs past it and ``STORE_SECONDS`` more, uvicorn's ``timeout_graceful_shutdown``
+cancels), then the lifespan closes. A second Ctrl-C is uvicorn's force
 exit: it stops waiting and ends its event loop with those requests still running, and each
 task cancelled there, every request's and the lifespan's, logs its cancellation as an error
 with a traceback (through ``uvicorn.error``), a screenful that reads like a crash. It is

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proxy import DEFAULT_CONFIG
 from proxy.jsonio import MAX_BODY_VALUES
+from proxy.stopping import STOP_GRACE_SECONDS
 
 __all__ = [
     "Listen",
@@ -141,6 +142,9 @@ class Settings(Listen):
     - ``database_listen_url`` (``DATABASE_LISTEN_URL``): where the event bus opens its one
       LISTEN connection (``proxy.bus``), a URL that reaches PostgreSQL directly, since a
       transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
+    - ``stop_grace_seconds`` (``CASCADE_STOP_GRACE_SECONDS``): how long a stop lets the chat
+      streams and memory promotions in flight go on; then each stream still open ends with
+      an error event, its turn stored (``proxy.stopping``).
     """
 
     config: Path | None = Field(default=None)
@@ -165,6 +169,9 @@ class Settings(Listen):
     db_pooler: Literal["none", "transaction"] = "none"
     database_listen_url: str | None = Field(default=None, validation_alias="DATABASE_LISTEN_URL")
     embedding_poll_seconds: float = Field(default=1.0, gt=0, le=60, allow_inf_nan=False)
+    stop_grace_seconds: float = Field(
+        default=STOP_GRACE_SECONDS, ge=0, le=3600, allow_inf_nan=False
+    )
     _database_url_from: str = PrivateAttr(default="DATABASE_URL")
 
     def with_database_url(self, url: str, source: str) -> Settings:

@@ -8,7 +8,7 @@ import contextvars
 import logging
 
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 __all__ = ["UNFINISHED", "EventStream", "quiet_stalled"]
 
@@ -24,11 +24,12 @@ class EventStream(EventSourceResponse):
     and uvicorn's error line about that is dropped (``quiet_stalled``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sent = _Sent(send)
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, sent)
             # A stop that cancels a send its client does not take leaves the response
             # unfinished too: the stop cuts that connection, and says so (proxy/server.py).
-            if getattr(self, "_send_interrupted", False):
+            if sent.unfinished:
                 _STALLED.set(True)
         except SendTimeoutError:
             _STALLED.set(True)
@@ -37,6 +38,29 @@ class EventStream(EventSourceResponse):
                 "replays)",
                 self.send_timeout,
             )
+
+
+class _Sent:
+    """``send``, noting what went through it (ASGI's messages, not the response's private
+    state): whether the response began and never ended, which is when uvicorn logs
+    :data:`UNFINISHED`."""
+
+    __slots__ = ("_send", "started", "ended")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = self.ended = False
+
+    async def __call__(self, message: Message) -> None:
+        await self._send(message)
+        if message["type"] == "http.response.start":
+            self.started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+
+    @property
+    def unfinished(self) -> bool:
+        return self.started and not self.ended
 
 
 UNFINISHED = "ASGI callable returned without completing response."

@@ -22,8 +22,9 @@ beside the block that dropped it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.cascade.memory import fact_key
 from proxy.cascade.overflow import block_room, guard_factor
@@ -37,7 +38,9 @@ __all__ = [
     "MEMORY_BUDGET_SHARE",
     "FACTOR_STEP",
     "MemoryNeed",
+    "STEP_HYSTERESIS",
     "stepped_factor",
+    "factor_step",
     "memory_rows",
     "memory_lines",
     "render_memory",
@@ -58,7 +61,14 @@ FACTOR_STEP = 1.25
 (``guard_factor``) rounded up to a power of this step: the ratio moves with every reply, and
 a cut that followed each move would drop or take back a full block's last fact at a turn's
 start (a miss of the whole prompt). Rounded up, the block stays within its share; it moves
-only when the ratio crosses a step, and fills at least ``1 / FACTOR_STEP`` of the share."""
+only when the ratio crosses a step (downwards, clearly: :func:`factor_step`), and fills at
+least ``FACTOR_STEP ** -(1 + STEP_HYSTERESIS)`` of the share."""
+
+STEP_HYSTERESIS = 0.5
+"""How far below the last turn's step (a share of a step, on the log scale) the ratio must
+fall before the cap grows back a step (:func:`factor_step`)."""
+
+MEMORY_NAME = "memory"
 
 _HEAD = (
     "<memory>\nRemembered facts (added by a user or drawn from earlier conversations); "
@@ -157,18 +167,48 @@ def plan_memory(step: StepInput) -> MemoryNeed:
     stays within it and moves only when the ratio crosses a step; the guard, counting with
     the ratio, still leaves the block out of a prompt that cannot fit it."""
     share, tokens = block_room(step, MEMORY_BUDGET_SHARE, "system", calibrated=False)
-    return MemoryNeed(min(MEMORY_MAX_TOKENS, int(share / stepped_factor(step.ratio))), tokens)
+    factor = FACTOR_STEP ** _turn_step(step)
+    return MemoryNeed(min(MEMORY_MAX_TOKENS, int(share / factor)), tokens)
 
 
 def stepped_factor(ratio: float) -> float:
     """``guard_factor(ratio)`` rounded up to a power of :data:`FACTOR_STEP`."""
-    exponent = math.ceil(round(math.log(guard_factor(ratio), FACTOR_STEP), 9))
-    return float(FACTOR_STEP**exponent)
+    return float(FACTOR_STEP ** factor_step(ratio))
+
+
+def factor_step(ratio: float, previous: int | None = None) -> int:
+    """The power of :data:`FACTOR_STEP` that ``guard_factor(ratio)`` rounds up to, held at
+    the ``previous`` turn's while the ratio is less than :data:`STEP_HYSTERESIS` of a step
+    below it: a ratio that moves about a step's edge (it moves with every reply) would
+    otherwise move the cap, and the block at the prompt's head, at every turn. A step up
+    (the cap shrinks) is taken at once, so the block stays within its share."""
+    exact = math.log(guard_factor(ratio), FACTOR_STEP)
+    up = math.ceil(round(exact, 9))
+    if previous is not None and up < previous and exact > previous - 1 - STEP_HYSTERESIS:
+        return previous
+    return up
+
+
+def _turn_step(step: StepInput) -> int:
+    """This turn's :func:`factor_step`, from the step the session's last turn kept."""
+    kept = step.previous.get(MEMORY_NAME)
+    previous = kept.get("step") if isinstance(kept, Mapping) else None
+    return factor_step(step.ratio, previous if type(previous) is int else None)
+
+
+def _turn_answer(step: StepInput) -> dict[str, Any]:
+    """What the turn keeps: the block, and the step its cap was cut at (:func:`factor_step`),
+    which the next turn starts from."""
+    return {"block": _block_of(step.answers.get(MEMORY_NAME)), "step": _turn_step(step)}
+
+
+def _block_of(answer: Any) -> str | None:
+    block = answer.get("block") if isinstance(answer, Mapping) else answer
+    return block if isinstance(block, str) and block else None
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
-    block = step.answers.get("memory")
-    block = block if isinstance(block, str) and block else None
+    block = _block_of(step.answers.get(MEMORY_NAME))
     if messages and messages[0].get("role") in LEADING_ROLES:
         first = _replaced(messages[0], block)  # a client that resent the prompt it was sent
         if first is None:
@@ -220,4 +260,11 @@ def _injects(ctx: ContextConfig) -> bool:
     return ctx.memory_promotion.mode != "off"
 
 
-MEMORY = Stage("memory", add_memory, enabled=_injects, plan=plan_memory, per_turn=True)
+MEMORY = Stage(
+    MEMORY_NAME,
+    add_memory,
+    enabled=_injects,
+    plan=plan_memory,
+    per_turn=True,
+    answer=_turn_answer,
+)

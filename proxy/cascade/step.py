@@ -42,7 +42,9 @@ class StepInput:
     ``kept`` the values of the per-turn stages kept for this step's turn (empty at a new
     turn: the per-turn stages then run and their values are kept). ``positions`` holds each
     window message's position in the session's history, for the handles that name one
-    result alone (``pins.py``); empty when unknown.
+    result alone (``pins.py``); empty when unknown. ``previous`` holds the values the
+    session kept for its last turn, whichever it was (a stage that steps with the pressure
+    reads where it stood, ``memory_block.factor_step``).
     """
 
     window: tuple[Message, ...]
@@ -56,6 +58,7 @@ class StepInput:
     answers: Mapping[str, Any] = field(default_factory=dict)
     kept: Mapping[str, Any] = field(default_factory=dict)
     positions: tuple[int, ...] = ()
+    previous: Mapping[str, Any] = field(default_factory=dict)
 
 
 class StageFn(Protocol):
@@ -77,8 +80,9 @@ class Stage:
 
     ``per_turn`` makes it a per-turn stage (module docstring): its answer is computed at the
     turn's first step and reused on the others. ``answer`` computes that value purely, for
-    a per-turn stage without a plan; ``run`` then reads it from ``step.answers[name]`` as
-    an I/O stage reads its fulfilled answer."""
+    a per-turn stage without a plan, or from its fulfilled answer (in ``step.answers``) for
+    one with a plan; ``run`` then reads it from ``step.answers[name]`` as an I/O stage
+    reads its fulfilled answer."""
 
     name: str
     run: StageFn

@@ -66,6 +66,7 @@ from proxy.services.session_locks import SessionLocks
 from proxy.services.turn import Turn
 from proxy.session_id import SessionKey
 from proxy.settings import Settings
+from proxy.stopping import StopClock
 from proxy.store import writes
 from proxy.store.db import unavailable_when_lost
 from proxy.store.leases import SessionBusy, poll_delays
@@ -101,11 +102,12 @@ def _turn_key(messages: Sequence[Message], hashes: Sequence[str], rt: Route) -> 
     return f"{rt.agent}:" + ("" if start is None else hashes[start])
 
 
-def _kept(session: Mapping[str, Any], turn_key: str) -> Mapping[str, Any]:
-    """The per-turn values the session keeps for this turn; none when it kept another turn's
-    (or a text this version cannot read: the turn's stages then run again)."""
+def _kept(session: Mapping[str, Any], turn_key: str | None = None) -> Mapping[str, Any]:
+    """The per-turn values the session keeps for this turn (any turn's: its last, with no
+    ``turn_key``); none when it kept another turn's (or a text this version cannot read:
+    the turn's stages then run again)."""
     text = session.get("turn_blocks")
-    if session.get("turn_key") != turn_key or not isinstance(text, str):
+    if turn_key is not None and session.get("turn_key") != turn_key or not isinstance(text, str):
         return {}
     try:
         kept = json.loads(text)
@@ -130,6 +132,7 @@ class ChatService:
         settings: Settings,
         summarizer: DurableSummarizer,
         leases: Leases,
+        stop: StopClock | None = None,
     ) -> None:
         self.summarizer = summarizer
         self.leases = leases
@@ -145,7 +148,9 @@ class ChatService:
         self.fixed = FixedTokens(cost)
         self.bodies = ResentBodies()
         self.relief = PressureRelief(summarizer)
-        self.forward = Forwarder(upstream=upstream, settings=settings, bus=bus, pool=pool)
+        self.forward = Forwarder(
+            upstream=upstream, settings=settings, bus=bus, pool=pool, stop=stop
+        )
 
     async def complete(
         self, cfg: Config, rt: Route, body: dict[str, Any], ctx: ChatContext
@@ -267,6 +272,7 @@ class ChatService:
         else:
             state = await self.relief.maybe_compact(turn, cfg, rt, body, ctx, state, count, fixed)
         turn_key = _turn_key(body["messages"], hashes, rt)
+        kept = _kept(state.session, turn_key)
         inp = StepInput(
             window=self.rescan.window(
                 key,
@@ -283,8 +289,9 @@ class ChatService:
             ctx=rt.ctx,
             unspillable=state.redacted_ids,
             ratio=state.session["calibration"],
-            kept=_kept(state.session, turn_key),
+            kept=kept,
             positions=state.positions,
+            previous={} if kept else _kept(state.session),  # read at a turn's start only
         )
         needs = plan_step(inp) if command is None else {}  # a command's prompt reaches no model
         answers: dict[str, Any] = {}

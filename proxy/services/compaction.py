@@ -67,6 +67,7 @@ from proxy.services.compaction_span import (
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
+from proxy.stopping import StopClock, within_grace
 from proxy.store import leases as claims, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
@@ -101,8 +102,10 @@ class DurableSummarizer:
         count: TokenCounter,
         acquire_timeout: float = 10.0,
         leases: Leases | None = None,
+        stop: StopClock | None = None,
     ) -> None:
         self.pool = pool
+        self._stop = stop if stop is not None else StopClock()
         self.leases = leases or Leases(pool, ttl=steps.LEASE_TTL, acquire_timeout=acquire_timeout)
         self.acquire_timeout = acquire_timeout
         self.upstream = upstream
@@ -173,6 +176,15 @@ class DurableSummarizer:
             yield conn
 
     async def aclose(self) -> None:
+        """Wait for the promotions running within the stop's grace (their facts are not
+        lost to a stop), then end what runs: a compaction closes as interrupted."""
+        lost = "their spans' facts are not extracted"
+        try:
+            await within_grace(self._stop, self._promotions, "memory promotion(s)", lost)
+        finally:
+            await self._end_all()
+
+    async def _end_all(self) -> None:
         await self._closer.aclose()
         cut = {key for key, task in self._tasks.items() if not task.done()}
         tasks = [*self._tasks.values(), *self._promotions]

@@ -41,13 +41,20 @@ from proxy.services.prep_wait import header_wait
 from proxy.services.read_ahead import Refused, after_first, refuse
 from proxy.services.relay import ClientStream, relay_round
 from proxy.services.request import ChatContext, Route, Step
-from proxy.services.round_answer import drop, keepalive_until, read_refusal, round_response
+from proxy.services.round_answer import (
+    drop,
+    keepalive_until,
+    read_refusal,
+    round_response,
+    stopped_frame,
+)
 from proxy.services.round_outcome import RoundOutcome, stream_failure
 from proxy.services.toolloop import split_calls
 from proxy.services.turn import Turn
 from proxy.services.usage_option import UsageOption
 from proxy.services.window_learned import learned
 from proxy.settings import Settings
+from proxy.stopping import StopClock
 from proxy.store.db import Executor
 from proxy.upstream import StreamAnswer, Upstream, response_headers
 
@@ -78,7 +85,8 @@ class Forwarder:
     """Calls upstream for a turn's step and relays the answer; the turn ends with it
     (``Turn.finish`` with the reply, ``Turn.abort`` when there is none to store). With a
     ``bus`` (and the ``pool`` its NOTIFYs run on), a stream's text also goes out as delta
-    events while its session is watched (``deltas.py``)."""
+    events while its session is watched (``deltas.py``). A stream still open once the
+    ``stop``'s grace ends ends itself (``stopping.py``)."""
 
     def __init__(
         self,
@@ -87,9 +95,11 @@ class Forwarder:
         settings: Settings,
         bus: EventBus | None = None,
         pool: Executor | None = None,
+        stop: StopClock | None = None,
     ) -> None:
         self.upstream = upstream
         self.settings = settings
+        self.stop = stop if stop is not None else StopClock()
         self.usage_option = UsageOption()
         self.bus = bus
         self.pool = pool
@@ -240,10 +250,12 @@ class Forwarder:
                 # Round 0's provider, when still silent here, has been waited for until bytes
                 # are due (``stream`` waited: to the end of the interval begun at acceptance,
                 # or an interval after the clock's last comment): a comment goes out at once.
-                async for comment in keepalive_until(send, keepalive, at_once=round_no == 0):
+                async for comment in keepalive_until(
+                    send, keepalive, at_once=round_no == 0, stop=self.stop
+                ):
                     due = None  # a comment went out: the next is an interval later
                     yield client.emit(comment)
-                resp, error, refusal = await round_response(send, step.route.provider)
+                resp, error, refusal = await round_response(send, step.route.provider, self.stop)
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
                     calibration = learned(step, refusal.status_code, refusal.body, messages)
@@ -265,9 +277,7 @@ class Forwarder:
                 texts.append(str(message.get("content") or ""))
                 rounds.append(message)
                 if out.error:
-                    where = provider_name(step.route.provider)
-                    log.warning("a stream from %s ended with an error event: %s", where, out.error)
-                    yield client.emit(sse.error_event(out.error, code=out.error_code))
+                    yield client.emit(self._error_frame(step, out))
                     yield sse.DONE
                     return
                 if out.provider_error or not out.acc.indices:
@@ -293,6 +303,14 @@ class Forwarder:
                 await tap.close()  # the last delta, before the stored reply's event
                 await _end(turn, reply, prompt_tokens, refused=refused, calibration=calibration)
 
+    def _error_frame(self, step: Step, out: RoundOutcome) -> bytes:
+        """The error frame that ends a stream whose round ended short, logged."""
+        if out.stopped:
+            return stopped_frame(self.stop.grace)
+        where = provider_name(step.route.provider)
+        log.warning("a stream from %s ended with an error event: %s", where, out.error)
+        return sse.error_event(out.error or "", code=out.error_code)
+
     async def _relay(
         self,
         step: Step,
@@ -316,6 +334,7 @@ class Forwarder:
                 client=client,
                 max_event=answers.MAX_ANSWER_BYTES,
                 first_wait=first_wait,
+                stop=self.stop,
             ):
                 poll()
                 if out.provider_error and not failed:
@@ -323,6 +342,6 @@ class Forwarder:
                     failed = True
                 yield piece
         finally:
-            if out.provider_error or out.error:  # a 200 that failed: the call's error.type
+            if (out.provider_error or out.error) and not out.stopped:  # a 200 that failed
                 resp.failed(stream_failure(out))
             await resp.aclose()

@@ -30,6 +30,8 @@ error object goes out as an error frame), and a chunk whose choices or tool call
 the relay, the stored reply and the client would each read it differently. So does an event
 over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
+Once a stop's grace is over (``proxy/stopping.py``) the round ends where it is, its provider
+silent or still sending (``stop_ended``), and the caller sends the stop's error frame.
 """
 
 from __future__ import annotations
@@ -46,12 +48,15 @@ import anyio
 from proxy import answers, chunk_faults, sse
 from proxy.services.client_stream import ClientStream, unfinished
 from proxy.services.relay_calls import has_tool_calls, rewrite
-from proxy.services.round_outcome import RoundOutcome, broke_off, capped, ends
+from proxy.services.round_outcome import RoundOutcome, broke_off, capped, ends, stop_ended
+from proxy.stopping import StopClock
 from proxy.upstream import StreamAnswer
 
 __all__ = ["ClientStream", "RoundOutcome", "relay_round", "pump"]
 
 _EOF = object()
+_STOP = object()  # the stop's grace ended (``StopClock``): the round ends where it is
+_KEEPALIVE = object()  # the provider was silent for the wait: a comment goes out
 
 
 NO_CHAT = "the provider's answer is no chat stream"
@@ -79,6 +84,7 @@ async def relay_round(
     client: ClientStream | None = None,
     max_event: int | None = None,
     first_wait: float | None = None,
+    stop: StopClock | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield client bytes for one upstream round; fill ``out`` with what the round said.
 
@@ -86,6 +92,8 @@ async def relay_round(
     An event over ``max_event`` bytes (None: ``answers.MAX_ANSWER_BYTES`` as it is now), ended
     or not, ends the round before it (``capped``). ``first_wait``: how long the first silence
     may last before its comment, when bytes are due sooner than an interval from now.
+    ``stop``: once its grace ends, the round ends where it is (``stop_ended``), a provider
+    that is silent or still sending alike.
     """
     client = client if client is not None else ClientStream()
     max_event = answers.MAX_ANSWER_BYTES if max_event is None else max_event
@@ -96,18 +104,18 @@ async def relay_round(
     splitter = sse.EventSplitter()
     held: list[bytes] = []  # finish/usage/DONE frames of a round that may turn out internal
     tail = b""
+    stop = stop if stop is not None else StopClock()  # one that never begins
+    unwatch = stop.watch(lambda: _wake(queue))
     try:
         while True:
             wait, first_wait = (keepalive if first_wait is None else first_wait), None
-            if queue.empty():  # wait, under a timer (no task of its own, as wait_for's)
-                try:
-                    async with asyncio.timeout(wait):
-                        item = await queue.get()
-                except TimeoutError:
-                    yield client.emit(sse.KEEPALIVE)
-                    continue
-            else:
-                item = queue.get_nowait()
+            item = await _next(queue, wait, stop)
+            if item is _KEEPALIVE:
+                yield client.emit(sse.KEEPALIVE)
+                continue
+            if item is _STOP:
+                stop_ended(out)
+                break
             if item is _EOF:
                 now, tail = _ending(
                     splitter.flush(),
@@ -147,6 +155,7 @@ async def relay_round(
         if tail.strip():
             yield client.emit(tail)
     finally:
+        unwatch()
         # Shielded (and bounded): when the client hangs up, Starlette cancels this generator's
         # scope, and an unshielded await would re-cancel the reader mid-cleanup; the caller
         # then closes the upstream connection so the provider stops generating.
@@ -156,6 +165,28 @@ async def relay_round(
             contextlib.suppress(asyncio.CancelledError, Exception),
         ):
             await reader
+
+
+async def _next(queue: asyncio.Queue[Any], wait: float, stop: StopClock) -> Any:
+    """The provider's next piece, :data:`_KEEPALIVE` after ``wait`` seconds of silence, or
+    :data:`_STOP` once ``stop``'s grace is over (read first: a provider still sending is
+    not waited for)."""
+    if stop.expired:
+        return _STOP
+    if not queue.empty():
+        return queue.get_nowait()
+    try:  # under a timer, no task of its own (as wait_for's)
+        async with asyncio.timeout(wait):
+            return await queue.get()
+    except TimeoutError:
+        return _KEEPALIVE
+
+
+def _wake(queue: asyncio.Queue[Any]) -> None:
+    """Wake a relay that waits on its provider (:func:`_next`): a full queue has one not
+    waiting, which reads the stop's flag at its next turn."""
+    with contextlib.suppress(asyncio.QueueFull):
+        queue.put_nowait(_STOP)
 
 
 def _ending(

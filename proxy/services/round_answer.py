@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.responses import Response
 
@@ -22,24 +23,31 @@ from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.logs import causes
 from proxy.provider_refusal import relayed
+from proxy.stopping import STOPPED, STOPPED_CODE, StopClock
 from proxy.upstream import StreamAnswer, response_headers
 
-__all__ = ["drop", "keepalive_until", "read_refusal", "round_response"]
+__all__ = ["drop", "keepalive_until", "read_refusal", "round_response", "stopped_frame"]
 
 log = logging.getLogger("cascade.forward")
 
 
 async def keepalive_until(
-    send: asyncio.Future[StreamAnswer], keepalive: float, *, at_once: bool
+    send: asyncio.Future[StreamAnswer],
+    keepalive: float,
+    *,
+    at_once: bool,
+    stop: StopClock | None = None,
 ) -> AsyncIterator[bytes]:
     """An SSE comment every ``keepalive`` seconds until the provider's headers arrive
     (``send`` done), so clients and middleboxes keep an idle connection open; with
-    ``at_once``, the first goes out now."""
+    ``at_once``, the first goes out now. Ends too once ``stop``'s grace has (its caller
+    ends the stream)."""
     if at_once and not send.done():
         yield sse.KEEPALIVE
-    while not send.done():
-        await asyncio.wait({send}, timeout=keepalive)
-        if not send.done():
+    waits: set[asyncio.Future[Any]] = {send} if stop is None else {send, stop.ended()}
+    while not send.done() and not (stop is not None and stop.expired):
+        await asyncio.wait(waits, timeout=keepalive)
+        if not send.done() and not (stop is not None and stop.expired):
             yield sse.KEEPALIVE
 
 
@@ -55,10 +63,15 @@ async def read_refusal(resp: StreamAnswer, provider: ProviderConfig) -> Response
 
 
 async def round_response(
-    send: asyncio.Future[StreamAnswer], provider: ProviderConfig
+    send: asyncio.Future[StreamAnswer],
+    provider: ProviderConfig,
+    stop: StopClock | None = None,
 ) -> tuple[StreamAnswer, bytes | None, Response | None]:
     """The round's answer, or the error frame for it (with a provider's error status,
-    also its response, for a stream that has sent nothing yet)."""
+    also its response, for a stream that has sent nothing yet); the stop's frame when
+    ``stop``'s grace ended before the provider answered."""
+    if stop is not None and stop.expired and not send.done():
+        return None, stopped_frame(stop.grace), None  # type: ignore[return-value]
     try:
         resp = await send
     except Exception as exc:
@@ -77,6 +90,17 @@ async def round_response(
     said = f" (Retry-After: {retry})" if retry else ""
     text = f"the provider answered {resp.status_code}{said}: {body}"
     return resp, sse.error_event(text, code=str(resp.status_code), retry_after=retry), refusal
+
+
+def stopped_frame(grace: float) -> bytes:
+    """The error frame of a stream the stop's grace ended (``stopping.py``), logged once
+    (the request's line names its session)."""
+    log.warning(
+        "stopping: a chat stream was still open after the stop's grace (%g s); it ends with "
+        "an error event, its turn stored",
+        grace,
+    )
+    return sse.error_event(STOPPED, type="server_error", code=STOPPED_CODE)
 
 
 def _failed(exc: Exception, status: int, code: str) -> bytes:

@@ -17,8 +17,9 @@ from proxy import answers, chunks, sse
 from proxy.answers import size_text
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.services.relay_calls import Calls
+from proxy.stopping import STOPPED, STOPPED_CODE
 
-__all__ = ["RoundOutcome", "broke_off", "capped", "ends", "stream_failure"]
+__all__ = ["RoundOutcome", "broke_off", "capped", "ends", "stop_ended", "stream_failure"]
 
 
 @dataclass(slots=True)
@@ -36,6 +37,7 @@ class RoundOutcome:
     error_code: str | None = UpstreamBadResponse.code  # its error frame's (a timeout's: its own)
     provider_error: str | None = None  # its error's type and code: relayed as it came
     saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
+    stopped: bool = False  # the stop's grace ended it (``stopping.py``): no fault of the provider
     # what a provider's error frame passes through before it goes out (its StreamAnswer's)
     scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)
 
@@ -81,6 +83,14 @@ def broke_off(exc: Exception, out: RoundOutcome) -> None:
     out.error = f"the provider's stream broke off ({type(exc).__name__})"
     if isinstance(exc, httpx.TimeoutException):
         out.error_code = UpstreamTimeout.code
+
+
+def stop_ended(out: RoundOutcome) -> None:
+    """A round the stop's grace ended (``stopping.StopClock``): the client's stream ends
+    with the stop's error frame, and the turn is stored as for a stream that broke off."""
+    out.error = STOPPED
+    out.error_code = STOPPED_CODE
+    out.stopped = True
 
 
 def stream_failure(out: RoundOutcome) -> str:

@@ -1,5 +1,6 @@
-"""The private parts of uvicorn and sse_starlette that a stop reads (proxy/server.py's
-reaper of unread connections, proxy/api/event_stream.py), on the installed versions and on
+"""The private parts of uvicorn that a stop reads (proxy/server.py's reaper of unread
+connections, its signals raised again), and sse-starlette's flag the stop's grace begins
+with (proxy/stopping.py), on the installed versions and on
 both of uvicorn's HTTP protocols (httptools, which ``serve`` takes when it is installed, and
 h11, without it): an upgrade that renames one fails here rather than silently leaving a
 frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
@@ -13,11 +14,11 @@ from typing import Any
 
 import pytest
 import uvicorn
-from sse_starlette.sse import AppStatus, EventSourceResponse
+from sse_starlette.sse import AppStatus
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from proxy import server as server_mod
+from proxy import server as server_mod, stopping
 from proxy.server import _Server
 
 
@@ -92,7 +93,16 @@ def test_uvicorn_keeps_the_signals_it_raises_again_in_a_list() -> None:
     logging.getLogger("uvicorn.error").removeFilter(server_mod._no_errors)  # as serve does
 
 
-def test_event_source_response_marks_an_interrupted_send() -> None:
-    """``EventStream`` reads it to tell a stream the stop cut (its send never returned)."""
-    response = EventSourceResponse(iter(()))
-    assert response._send_interrupted is False
+def test_uvicorns_signal_sets_the_flag_the_stop_clock_reads() -> None:
+    """``proxy.stopping`` learns of the stop from sse-starlette's ``AppStatus.should_exit``,
+    which its hook on uvicorn's ``Server.handle_exit`` sets, under ``serve``'s server and a
+    plain one alike: a release that drops the hook fails here, not as streams a stop never
+    bounds."""
+    for server_class in (uvicorn.Server, _Server):
+        srv = server_class(uvicorn.Config(app=lambda scope, receive, send: None))
+        assert not stopping.stop_requested()
+        try:
+            srv.handle_exit(signal.SIGTERM, None)
+            assert stopping.stop_requested()
+        finally:
+            AppStatus.should_exit = False

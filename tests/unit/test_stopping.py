@@ -1,0 +1,57 @@
+"""``proxy.stopping``: the stop's clock, and the bounded wait for background work."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from proxy.stopping import StopClock, within_grace
+
+
+async def test_the_grace_runs_from_the_first_begin_and_wakes_each_watcher_once() -> None:
+    clock = StopClock(grace=0.1)
+    assert clock.left() is None and not clock.expired
+    woken: list[str] = []
+    unwatch = clock.watch(lambda: woken.append("a"))
+    clock.watch(lambda: woken.append("b"))()  # unwatched at once: never woken
+    clock.begin()
+    await asyncio.sleep(0.05)
+    clock.begin()  # a second signal: the same deadline
+    left = clock.left()
+    assert left is not None and left < 0.06
+    await asyncio.wait_for(clock.ended(), timeout=1)
+    assert clock.expired and woken == ["a"] and clock.left() == 0
+    unwatch()
+    assert clock.ended().done()
+
+
+async def test_within_grace_waits_for_work_added_while_it_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = StopClock(grace=1.0)
+    tasks: set[asyncio.Task[None]] = set()
+    done: list[str] = []
+
+    async def work(name: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        done.append(name)
+        if name == "first":  # as a compaction that starts its promotion during the stop
+            tasks.add(asyncio.create_task(work("added", 0.05)))
+
+    tasks.add(asyncio.create_task(work("first", 0.05)))
+    clock.begin()
+    assert await within_grace(clock, tasks, "jobs", "lost") == 0
+    assert done == ["first", "added"]
+    assert not caplog.records
+
+
+async def test_within_grace_says_what_it_leaves_running(caplog: pytest.LogCaptureFixture) -> None:
+    clock = StopClock(grace=0.05)
+    task = asyncio.create_task(asyncio.sleep(10))
+    with caplog.at_level(logging.WARNING, logger="cascade"):
+        assert await within_grace(clock, {task}, "memory promotion(s)", "facts lost") == 1
+    task.cancel()
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith("stopping: 1 memory promotion(s) still running after the stop's")
