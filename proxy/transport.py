@@ -42,7 +42,6 @@ import ssl
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Literal
-from urllib.parse import urlsplit
 from urllib.request import getproxies
 
 import httpx
@@ -141,12 +140,14 @@ def check_proxies(kind: Kind) -> None:
 
 
 def _usable_address(url: str) -> bool:
-    """Whether ``url`` has a host and, if it names one, a port 1-65535."""
+    """Whether ``url`` has a host and, if it names one, a port 1-65535, read as the
+    transports read it (``httpx.Proxy``'s URL): a bracket in an unencoded password or a
+    blank after the port reaches the proxy, so it is no reason to refuse."""
     try:
-        u = urlsplit(url)
-        return bool(u.hostname) and u.port != 0
-    except ValueError:  # a port that is no number or out of range, a stray bracket
+        u = httpx.URL(url)
+    except httpx.InvalidURL:  # a port that is no number
         return False
+    return bool(u.host) and (u.port is None or 0 < u.port < 65536)
 
 
 def check_trust() -> None:

@@ -112,6 +112,26 @@ def test_an_egress_proxy_that_is_no_address_stops_the_start(
         assert "(HTTP_PROXY / HTTPS_PROXY / ALL_PROXY)" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "proxy.corp:3128",  # no scheme, as curl takes it: httpx reads it as http://
+        "http://user:pa[ss]@egress:3128",  # a bracket in the password, unencoded
+        "http://egress:3128 ",  # an env file's trailing blank
+        "http://egress",  # no port: the scheme's
+    ],
+)
+def test_an_egress_proxy_httpx_reads_is_not_refused(
+    proxy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check reads the proxy as the transports do (``httpx.Proxy``, whose URL, auth
+    apart, aiohttp is given): one they reach the proxy by is no address problem."""
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    for kind in ("aiohttp", "httpx"):
+        check_proxies(kind)
+        httpx.Proxy(ProviderTransport(max_connections=1).proxy_for(httpx.URL("https://a.b")))
+
+
 def test_each_tls_setting_gets_its_own_context(tmp_path: Path) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
