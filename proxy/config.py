@@ -172,8 +172,8 @@ def _check_agent_name(name: str) -> None:
 def _check_lookup_names(models: Iterable[str], agents: Iterable[str]) -> None:
     """An agent's or a model prefix's name is matched exactly against a request's ``model``:
     one with a space at an end (a template's, a paste's) matches none of the models it
-    names, and ``Default`` is not the fallback ``default`` is. Either was taken and never
-    used, without a word."""
+    names, and was taken and never used, without a word (``Default`` is a name a model may
+    bear: warned of, ``config_checks.config_warnings``)."""
     for block, names in (("models", models), ("agents", agents)):
         for name in names:
             _check_lookup_name(block, name)
@@ -184,11 +184,6 @@ def _check_lookup_name(block: str, name: str) -> None:
         raise ValueError(
             f"{block}: the name {name.strip()!r} has a space at an end, which a model's name "
             "has not; write the name alone"
-        )
-    if name.lower() == "default" and name != "default":
-        raise ValueError(
-            f"{block}: {name!r} is not default: names are matched case by case, and only "
-            "default is the fallback; write default"
         )
 
 

@@ -339,8 +339,19 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     (the client's token is then the proxy's secret and is never forwarded), and an embedding
     provider without credentials (it is called in the background, never with a client's
     token). A variable of only blanks (an empty secrets file's newline) is no key, as the
-    gate and the provider calls read it (stripped): it is said to be blank."""
+    gate and the provider calls read it (stripped): it is said to be blank. And a model
+    prefix or agent named ``default`` in another case, which is not the fallback."""
     out = [
+        f"{block}: {name!r} is not the fallback default (names are matched case by case): "
+        f"it is the {what} {name} only"
+        for block, names, what in (
+            ("models", cfg.models, "window of a model whose name starts with"),
+            ("agents", cfg.agents, "agent of a request whose model is"),
+        )
+        for name in names
+        if name.lower() == "default" != name
+    ]
+    out += [
         f"auth key of tenant {key.tenant!r}: ${key.key_env} is {state}, no request can use it"
         for key in cfg.auth.keys
         if (state := _missing(env, key.key_env))

@@ -1,7 +1,7 @@
 """A ``${NAME}`` in config/agents.json is refused, naming its place and the variable: the file
 is read as written, never expanded, so a Compose-style reference was sent upstream as the
 model's name, or refused as no URL without saying why. And a name no request's ``model``
-reaches as it is written (``Default``, a trailing space) is refused, naming it."""
+reaches as it is written (a trailing space) is refused, naming it; ``Default`` is warned of."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, parse_config
+from proxy.config import ConfigError, config_warnings, parse_config
 
 NOT_EXPANDED = "which is not expanded: the file is read as written"
 
@@ -72,14 +72,6 @@ def test_a_redaction_pattern_may_hold_what_looks_like_a_reference() -> None:
     ("raw", "reason"),
     [
         (
-            {"agents": {"Default": {"model": "gpt-4o"}}},
-            "agents: 'Default' is not default: names are matched case by case",
-        ),
-        (
-            {"models": {"DEFAULT": {"contextLimit": 8000}}},
-            "models: 'DEFAULT' is not default: names are matched case by case",
-        ),
-        (
             {"models": {"gpt-4o ": {"contextLimit": 8000}}},
             "models: the name 'gpt-4o' has a space at an end",
         ),
@@ -87,9 +79,25 @@ def test_a_redaction_pattern_may_hold_what_looks_like_a_reference() -> None:
     ],
 )
 def test_a_name_no_request_reaches_as_written_is_refused(raw: dict[str, Any], reason: str) -> None:
-    """A request's ``model`` is matched exactly: ``Default`` was an agent of its own beside
-    the built-in ``default`` (which every other model went on taking), and a prefix with a
-    trailing space the window of no model."""
+    """A request's ``model`` is matched exactly: a name with a space at an end (a template's,
+    a paste's) is the agent of no request and a prefix of no model's name."""
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env={})
     assert str(refused.value).startswith(reason)
+
+
+def test_default_in_another_case_is_taken_and_warned_of() -> None:
+    """``Default`` is a name a request or a provider's model may bear (a server's one served
+    model): it is an agent and a prefix like any other, not the fallback ``default``, and a
+    warning says so in case the fallback was meant."""
+    raw = {"agents": {"Default": {"model": "m"}}, "models": {"DEFAULT": {"contextLimit": 8000}}}
+    cfg = parse_config(raw, env={})
+    assert cfg.agent_for("Default")[0] == "Default"
+    assert cfg.agent_for("gpt-4o")[0] == "default"
+    assert cfg.model_limits("DEFAULT-7b").context_limit == 8000
+    assert config_warnings(cfg, env={}) == [
+        "models: 'DEFAULT' is not the fallback default (names are matched case by case): it"
+        " is the window of a model whose name starts with DEFAULT only",
+        "agents: 'Default' is not the fallback default (names are matched case by case): it"
+        " is the agent of a request whose model is Default only",
+    ]
