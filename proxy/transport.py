@@ -142,12 +142,15 @@ def check_proxies(kind: Kind) -> None:
 def _usable_address(url: str) -> bool:
     """Whether ``url`` has a host and, if it names one, a port 1-65535, read as the
     transports read it (``httpx.Proxy``'s URL): a bracket in an unencoded password or a
-    blank after the port reaches the proxy, so it is no reason to refuse."""
+    blank after the port reaches the proxy, so it is no reason to refuse. A host httpx had
+    to percent-encode (a stray bracket, a blank) is no name; an IPv6 zone (``%25eth0``) is
+    an address's."""
     try:
         u = httpx.URL(url)
     except httpx.InvalidURL:  # a port that is no number
         return False
-    return bool(u.host) and (u.port is None or 0 < u.port < 65536)
+    named = bool(u.host) and ("%" not in u.host or ":" in u.host)
+    return named and (u.port is None or 0 < u.port < 65536)
 
 
 def check_trust() -> None:

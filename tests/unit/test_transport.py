@@ -97,7 +97,13 @@ def test_a_proxy_the_transport_cannot_speak_to_stops_the_start(
 
 @pytest.mark.parametrize(
     "proxy",
-    ["http://u:pw-SECRET@egress:notaport", "http://u:pw-SECRET@egress:99999", "http://:3128"],
+    [
+        "http://u:pw-SECRET@egress:notaport",
+        "http://u:pw-SECRET@egress:99999",
+        "http://:3128",
+        "http://u:pw-SECRET@[egress:3128",  # a stray bracket: httpx encodes it into the name
+        "http://eg ress:3128",
+    ],
 )
 def test_an_egress_proxy_that_is_no_address_stops_the_start(
     proxy: str, monkeypatch: pytest.MonkeyPatch
