@@ -140,11 +140,9 @@ def check_proxies(kind: Kind) -> None:
 
 
 def _usable_address(url: str) -> bool:
-    """Whether ``url`` has a host and, if it names one, a port 1-65535, read as the
-    transports read it (``httpx.Proxy``'s URL): a bracket in an unencoded password or a
-    blank after the port reaches the proxy, so it is no reason to refuse. A host httpx had
-    to percent-encode (a stray bracket, a blank) is no name; an IPv6 zone (``%25eth0``) is
-    an address's."""
+    """Whether ``url``, read as the transports read it (``httpx.Proxy``: a bracket in a
+    password, a blank after the port reach the proxy), has a host httpx need not encode (a
+    stray bracket or blank; an IPv6 zone, ``%25eth0``, is fine) and no port outside 1-65535."""
     try:
         u = httpx.URL(url)
     except httpx.InvalidURL:  # a port that is no number
