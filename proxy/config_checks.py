@@ -124,7 +124,7 @@ def _field_name(model: type[BaseModel], alias: str) -> str:
     return alias
 
 
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}")
+_REFERENCE = re.compile(r"\$\{(([A-Za-z_][A-Za-z0-9_]*)[^}]*)\}")
 """A shell's or Compose's variable reference, ``${NAME}`` or ``${NAME:-default}``."""
 
 
@@ -151,8 +151,11 @@ def _no_reference(text: str, where: str, what: str) -> None:
     found = _REFERENCE.search(text)
     if found is None:
         return
-    name = found[1] if not redact(found[1], compile_patterns(()))[1] else "…"  # a key pasted
-    if where.lower().endswith(("keyenv", "key_env")):
+    key_env = where.lower().endswith(("keyenv", "key_env"))
+    # a name there may hold - and . (openai-api-key), which a shell reads as a default's
+    name = found[1] if key_env and _VARIABLE.fullmatch(found[1]) else found[2]
+    name = name if not redact(name, compile_patterns(()))[1] else "…"  # a key pasted
+    if key_env:
         raise ConfigError(f"{where}: takes the variable's name as it is, {name}, not ${{{name}}}")
     raise ConfigError(
         f"{where}: {what} holds ${{{name}}}, which is not expanded: the file is read as "

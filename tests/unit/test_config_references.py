@@ -50,6 +50,17 @@ def test_a_variable_reference_is_refused_naming_its_place(raw: dict[str, Any], r
     assert str(refused.value).startswith(reason)
 
 
+def test_a_reference_in_a_key_env_names_the_whole_variable() -> None:
+    """A variable's name may hold ``-`` and ``.`` (a Kubernetes Secret's key): the name to
+    write is all of it, not the part before the ``-`` a shell reads as a default."""
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"providers": {"openai": {"apiKeyEnv": "${openai-api-key}"}}}, env={})
+    assert str(refused.value) == (
+        "providers.openai.apiKeyEnv: takes the variable's name as it is, openai-api-key, "
+        "not ${openai-api-key}"
+    )
+
+
 @pytest.mark.parametrize("where", ["apiKeyEnv", "baseUrl"])
 def test_a_key_pasted_into_a_reference_is_not_quoted(where: str) -> None:
     """The reason names the variable; one that is a key of a shape redaction knows is not."""
