@@ -40,12 +40,11 @@ from proxy.config_checks import (
     check_key_values,
     check_patterns,
     check_prefixes,
-    check_references,
     check_urls,
     config_warnings,
 )
 from proxy.config_context import Block, ContextConfig, unknown_key_hint
-from proxy.config_file import read_object
+from proxy.config_file import check_references, read_object
 from proxy.settings import describe_errors
 
 __all__ = [

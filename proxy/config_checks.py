@@ -25,13 +25,13 @@ __all__ = [
     "ConfigError",
     "config_warnings",
     "EnvironmentRefused",
+    "VARIABLE",
     "VariableName",
     "camel_keys",
     "check_blanks",
     "check_key_values",
     "check_patterns",
     "check_prefixes",
-    "check_references",
     "check_urls",
 ]
 
@@ -45,18 +45,18 @@ class EnvironmentRefused(ConfigError):
     provider), not the file: a message naming the file would send the reader there."""
 
 
-_VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
+VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
 """A variable's name as Kubernetes takes it (a Secret's keys by ``envFrom``,
 ``openai-api-key``), and Docker: the shell's letters, digits and ``_``, and ``-`` and ``.``."""
 
 
 def _variable_name(value: str) -> str:
-    """A name a process environment holds (``_VARIABLE``); a blank one is left to
+    """A name a process environment holds (``VARIABLE``); a blank one is left to
     :func:`check_blanks`, which says what leaving the key out does. A key pasted where its
     variable's name goes (``"apiKeyEnv": "sk-proj-…"``) is refused here, unquoted: the name
     is printed by the start-up block, the warnings and ``config check``. A key of a shape
     the redaction's secret patterns know is one even when it could be a name (``ghp_…``)."""
-    if value.strip() and (not _VARIABLE.fullmatch(value) or redact(value, compile_patterns(()))[1]):
+    if value.strip() and (not VARIABLE.fullmatch(value) or redact(value, compile_patterns(()))[1]):
         raise ValueError(
             "not an environment variable's name (letters, digits, _, - and ., not starting "
             "with a digit); it names the variable that holds the key, never the key itself"
@@ -122,46 +122,6 @@ def _field_name(model: type[BaseModel], alias: str) -> str:
         if field.alias == alias:
             return name
     return alias
-
-
-_REFERENCE = re.compile(r"\$\{(([A-Za-z_][A-Za-z0-9_]*)[^}]*)\}")
-"""A shell's or Compose's variable reference, ``${NAME}`` or ``${NAME:-default}``."""
-
-
-def check_references(data: Any, where: str = "") -> None:
-    """No name or value of the file (``data``, as parsed) holds a ``${NAME}`` reference: the
-    file is read as written, never expanded, so ``"model": "${MODEL}"`` sent that text
-    upstream and a ``baseUrl`` of one was refused as no URL. Named by its place and the
-    variable, never the value. A redaction pattern is a regular expression, where ``$`` and
-    ``{`` mean something else: not looked at."""
-    if isinstance(data, Mapping):
-        for key, value in data.items():
-            at = f"{where}.{key}" if where else str(key)
-            _no_reference(str(key), where or "the top level", "a name")
-            if not (key == "patterns" and where.endswith("redaction")):
-                check_references(value, at)
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            check_references(value, f"{where}[{i}]")
-    elif isinstance(data, str):
-        _no_reference(data, where, "the value")
-
-
-def _no_reference(text: str, where: str, what: str) -> None:
-    found = _REFERENCE.search(text)
-    if found is None:
-        return
-    key_env = where.lower().endswith(("keyenv", "key_env"))
-    # a name there may hold - and . (openai-api-key), which a shell reads as a default's
-    name = found[1] if key_env and _VARIABLE.fullmatch(found[1]) else found[2]
-    name = name if not redact(name, compile_patterns(()))[1] else "…"  # a key pasted
-    if key_env:
-        raise ConfigError(f"{where}: takes the variable's name as it is, {name}, not ${{{name}}}")
-    raise ConfigError(
-        f"{where}: {what} holds ${{{name}}}, which is not expanded: the file is read as "
-        "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
-        "keyEnv or metricsKeyEnv)"
-    )
 
 
 def check_patterns(patterns: tuple[str, ...], where: str) -> None:
