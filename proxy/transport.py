@@ -123,9 +123,10 @@ def check_proxies(kind: Kind) -> None:
         scheme, _, rest = (proxy or "").partition("://")
         shown = f"{scheme}://{rest.rpartition('@')[2]}"  # never its user:password
         if proxy and not _usable_address(proxy):  # each call through it would fail
+            unshown = " as read: a / ? # or @ in its user or password must be percent-encoded"
             raise ConfigError(
                 f"the egress proxy {shown} (HTTP_PROXY / HTTPS_PROXY / ALL_PROXY) is not a URL"
-                " with a host and a port 1-65535"
+                f" with a host and a port 1-65535{unshown if '@' in rest else ''}"
             )
         if proxy and scheme.lower() not in usable:
             hint = {
@@ -140,9 +141,8 @@ def check_proxies(kind: Kind) -> None:
 
 
 def _usable_address(url: str) -> bool:
-    """Whether ``url``, read as the transports read it (``httpx.Proxy``: a bracket in a
-    password, a blank after the port reach the proxy), has a host httpx need not encode (a
-    stray bracket or blank; an IPv6 zone, ``%25eth0``, is fine) and no port outside 1-65535."""
+    """Whether ``url``, read as the transports read it (``httpx.Proxy``), has a host httpx
+    need not encode (an IPv6 zone's ``%25`` apart) and no port outside 1-65535."""
     try:
         u = httpx.URL(url)
     except httpx.InvalidURL:  # a port that is no number

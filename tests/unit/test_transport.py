@@ -118,6 +118,20 @@ def test_an_egress_proxy_that_is_no_address_stops_the_start(
         assert "(HTTP_PROXY / HTTPS_PROXY / ALL_PROXY)" in str(refused.value)
 
 
+@pytest.mark.parametrize("password", ["pw/SECRET", "pw#SECRET", "pw?SECRET"])
+def test_a_proxy_password_misread_as_the_address_is_said_to_need_encoding(
+    password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal shows the proxy without its user and password, here a good address:
+    it says that what it does not show is what the address was misread from."""
+    monkeypatch.setenv("HTTPS_PROXY", f"http://user:{password}@egress:3128")
+    with pytest.raises(ConfigError) as refused:
+        check_proxies("httpx")
+    said = str(refused.value)
+    assert "SECRET" not in said
+    assert "a / ? # or @ in its user or password must be percent-encoded" in said
+
+
 @pytest.mark.parametrize(
     "proxy",
     [
