@@ -26,8 +26,10 @@ __all__ = ["redact_dsn"]
 _URL_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)[^@\s]*@(?:[^@\s]*@)*")
 _SPACED_PASSWORD = re.compile(r"(://[^:/@?#\s]*:)(?!\d+\b)[^@/?#\n]*@")
 # "password=" and "sslpassword=" (the client key's passphrase): a query parameter, or a word
-# of libpq's "key=value" DSN, quoted or not.
-_PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&#\s]*)")
+# of libpq's "key=value" DSN, quoted or not. It runs over a "#" (asyncpg's URL ends there;
+# the rest is still the password written) and is masked before the URL's: an "@" in it
+# would be taken for the authority's, and the mask of one stop there.
+_PARAM_PASSWORD = re.compile(r"((?:^|[?&\s])(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)")
 # What looks like "user:password@" without a "://" before it: a URL written wrong
 # ("postgresql:/u:pw@h", "u:pw@host/db"), which asyncpg then quotes whole in its error. The
 # password runs to the last "@" of the run, as in a URL; one that starts with "/" is a
@@ -60,8 +62,9 @@ def redact_dsn(text: str, dsn: str | None = None) -> str:
     'RET@h/db'``, ``invalid literal for int(): 'word@h:5432'``) with no ``user:`` before it
     to know it by: each run of ``dsn``'s passwords is masked wherever it stands, or, one
     under three characters (which any word may hold), where it is quoted whole."""
-    masked = _SPACED_PASSWORD.sub(r"\1***@", _TO_LAST_AT.sub(_url_masked, text))
-    masked = _PARAM_PASSWORD.sub(r"\1***", _TO_LAST_AT.sub(_bare_masked, masked))
+    masked = _PARAM_PASSWORD.sub(r"\1***", text)  # first: an "@" in it is no authority's
+    masked = _SPACED_PASSWORD.sub(r"\1***@", _TO_LAST_AT.sub(_url_masked, masked))
+    masked = _TO_LAST_AT.sub(_bare_masked, masked)
     for piece in sorted(_pieces(dsn) if dsn else (), key=len, reverse=True):
         short = len(piece) < 3
         masked = masked.replace(f"'{piece}'" if short else piece, "'***'" if short else "***")
@@ -82,8 +85,8 @@ def _pieces(dsn: str) -> set[str]:
     def runs(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
         return lambda run: pattern.sub(keep(pattern), run.group())
 
+    dsn = _PARAM_PASSWORD.sub(r"\1***", _PARAM_PASSWORD.sub(keep(_PARAM_PASSWORD), dsn))
     _TO_LAST_AT.sub(runs(_URL_PASSWORD), dsn)
     _SPACED_PASSWORD.sub(keep(_SPACED_PASSWORD), dsn)
     _TO_LAST_AT.sub(runs(_BARE_USERINFO), dsn)
-    _PARAM_PASSWORD.sub(keep(_PARAM_PASSWORD), dsn)
-    return found
+    return found - {"***"}

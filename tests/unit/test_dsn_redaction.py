@@ -42,6 +42,14 @@ SECRET = "TOPSECRET"
             "postgresql://u:***@h/db?sslmode=verify-full&sslpassword=***",
         ),
         ("host=h sslpassword=TOPSECRET dbname=x", "host=h sslpassword=*** dbname=x"),
+        # a query's password with an "@" (the URL's mask took the query to it, and left the
+        # rest of the password), or a "#" (which asyncpg reads as the end of the URL)
+        ("postgresql://u@h:1/db?password=TOP@SECRET&x=1", "postgresql://u@h:1/db?password=***&x=1"),
+        (
+            "postgresql://u:pw@h/db?sslpassword=TOP@SECRET",
+            "postgresql://u:***@h/db?sslpassword=***",
+        ),
+        ("postgresql://u@h/db?sslpassword=TOP#SECRET", "postgresql://u@h/db?sslpassword=***"),
         # malformed URLs, which asyncpg quotes whole in its error: no "://" before the user
         ("postgresql:/u:TOPSECRET@h", "postgresql:/u:***@h"),
         ("u:TOPSECRET@host/db", "u:***@host/db"),
