@@ -6,8 +6,9 @@ import asyncio
 import logging
 
 import pytest
+from sse_starlette.sse import AppStatus
 
-from proxy.stopping import StopClock, within_grace
+from proxy.stopping import POLL_SECONDS, StopClock, stop_requested, watch_stop, within_grace
 
 
 async def test_the_grace_runs_from_the_first_begin_and_wakes_each_watcher_once() -> None:
@@ -55,3 +56,20 @@ async def test_within_grace_says_what_it_leaves_running(caplog: pytest.LogCaptur
     task.cancel()
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.startswith("stopping: 1 memory promotion(s) still running after the stop's")
+
+
+async def test_a_flag_an_earlier_server_left_set_begins_no_stop() -> None:
+    """``AppStatus.should_exit`` is process-wide and nothing resets it: a server started in a
+    process where another one stopped (tests, an embedding) read it as its own stop at once,
+    and each chat stream it served ended ``server_stopping`` a grace later."""
+    AppStatus.should_exit = True  # an earlier server's stop
+    clock = StopClock(grace=0.05)
+    watcher = asyncio.create_task(watch_stop(clock))
+    try:
+        await asyncio.sleep(3 * POLL_SECONDS)
+        assert clock.deadline is None and not stop_requested()
+        AppStatus.should_exit = True  # this server's own stop
+        await asyncio.wait_for(clock.ended(), timeout=1)
+    finally:
+        watcher.cancel()
+        AppStatus.should_exit = False
