@@ -7,31 +7,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.conftest import column
-from tests.reliability.conftest import ProxyProcess, write_config
+from tests.reliability.conftest import ProxyProcess, proxy_process, write_config
+
+__all__ = ["proxy_process"]  # the fixture (tests/reliability's), for pytest to find
 
 AUTH = {"authorization": "Bearer sk-test-client"}
-
-
-@pytest.fixture
-def proxy_process(tmp_path: Path, db_dsn: str) -> Iterator[Callable[..., ProxyProcess]]:
-    started: list[ProxyProcess] = []
-
-    def start(config: Path, **env: str) -> ProxyProcess:
-        started.append(ProxyProcess(config, db_dsn, tmp_path / "proxy.log", env).start())
-        return started[-1]
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def test_sigterm_ends_a_stream_that_outlasts_the_grace_and_keeps_the_turn(
