@@ -135,7 +135,11 @@ async def within_grace(
 
 async def watch_stop(clock: StopClock) -> None:
     """Begin ``clock`` once the stop has begun (:func:`stop_requested`); the lifespan runs it
-    as a task and cancels it as it closes."""
+    as a task and cancels it as it closes. The flag is process-wide and nothing resets it:
+    set as the lifespan starts, it is an earlier server's stop in this process (a stop of
+    this one during its start ends it before it serves), and is cleared, or this server
+    would read it as its own stop (and sse-starlette end its event streams at once)."""
+    AppStatus.should_exit = False
     while not stop_requested():
         await asyncio.sleep(POLL_SECONDS)
     clock.begin()

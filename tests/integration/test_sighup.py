@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,9 @@ import pytest
 
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.reliability.conftest import ProxyProcess, write_config
+from tests.reliability.conftest import ProxyProcess, proxy_process, write_config
+
+__all__ = ["proxy_process"]  # the fixture (tests/reliability's), for pytest to find
 
 AUTH = {"authorization": "Bearer sk-test-client"}
 
@@ -28,19 +30,6 @@ def _wait_for_line(log: Path, text: str, timeout: float = 10) -> str:
                 return line
         time.sleep(0.05)
     raise AssertionError(f"no line with {text!r} in:\n{log.read_text()[-3000:]}")
-
-
-@pytest.fixture
-def proxy_process(tmp_path: Path, db_dsn: str) -> Iterator[Callable[..., ProxyProcess]]:
-    started: list[ProxyProcess] = []
-
-    def start(config: Path, **env: str) -> ProxyProcess:
-        started.append(ProxyProcess(config, db_dsn, tmp_path / "proxy.log", env).start())
-        return started[-1]
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def test_sighup_rereads_the_config_and_the_stream_in_flight_goes_on(

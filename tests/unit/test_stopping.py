@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from typing import Any
 
 import pytest
+from sse_starlette.sse import AppStatus
 
-from proxy.stopping import StopClock, within_grace
+from proxy import cli_run
+from proxy.settings import Settings
+from proxy.stopping import (
+    POLL_SECONDS,
+    STORE_SECONDS,
+    StopClock,
+    stop_requested,
+    watch_stop,
+    within_grace,
+)
 
 
 async def test_the_grace_runs_from_the_first_begin_and_wakes_each_watcher_once() -> None:
@@ -55,3 +67,32 @@ async def test_within_grace_says_what_it_leaves_running(caplog: pytest.LogCaptur
     task.cancel()
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.startswith("stopping: 1 memory promotion(s) still running after the stop's")
+
+
+async def test_a_flag_an_earlier_server_left_set_begins_no_stop() -> None:
+    """``AppStatus.should_exit`` is process-wide and nothing resets it: a server started in a
+    process where another one stopped (tests, an embedding) read it as its own stop at once,
+    and each chat stream it served ended ``server_stopping`` a grace later."""
+    AppStatus.should_exit = True  # an earlier server's stop
+    clock = StopClock(grace=0.05)
+    watcher = asyncio.create_task(watch_stop(clock))
+    try:
+        await asyncio.sleep(3 * POLL_SECONDS)
+        assert clock.deadline is None and not stop_requested()
+        AppStatus.should_exit = True  # this server's own stop
+        await asyncio.wait_for(clock.ended(), timeout=1)
+    finally:
+        watcher.cancel()
+        AppStatus.should_exit = False
+
+
+def test_serve_gives_uvicorn_the_grace_and_the_time_to_store_as_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn's own ``timeout_graceful_shutdown`` cancels what is no stream once the grace
+    and ``STORE_SECONDS`` are over; without it such a request held ``serve``'s stop."""
+    passed: dict[str, Any] = {}
+    monkeypatch.setattr(cli_run, "create_app", lambda settings: object())
+    monkeypatch.setattr(cli_run, "serve", lambda app, **kwargs: passed.update(kwargs) or 0)
+    cli_run._serve(Settings(stop_grace_seconds=7.5))
+    assert passed["timeout_graceful_shutdown"] == math.ceil(7.5 + STORE_SECONDS)

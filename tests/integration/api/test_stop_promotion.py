@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from sse_starlette.sse import AppStatus
 
@@ -19,6 +21,15 @@ from tests.integration.api.test_promotion_off_the_path import HeldFacts
 
 SUMMARIZE = {"softFraction": 0.8, "hardFraction": 0.8, "keepRecent": 2}
 CONTEXT = {"memoryPromotion": {"mode": "auto"}}
+
+
+def _stack(
+    tmp_path: Path, db_dsn: str, fake: FakeUpstream, model: HeldFacts, grace: float
+) -> AbstractContextManager[Any]:
+    settings = {"stop_grace_seconds": grace}
+    return stack(
+        tmp_path, db_dsn, fake, model, summarize=SUMMARIZE, context=CONTEXT, settings=settings
+    )
 
 
 def _compact_with_facts_held(s: object, model: HeldFacts, session: str) -> None:
@@ -33,17 +44,8 @@ def test_a_stop_waits_for_a_running_promotion_and_keeps_its_facts(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
     model = HeldFacts()
-    settings = {"stop_grace_seconds": 5.0}
     try:
-        with stack(
-            tmp_path,
-            db_dsn,
-            fake_upstream,
-            model,
-            summarize=SUMMARIZE,
-            context=CONTEXT,
-            settings=settings,
-        ) as s:
+        with _stack(tmp_path, db_dsn, fake_upstream, model, grace=5.0) as s:
             _compact_with_facts_held(s, model, "stop-facts")
             assert s.query("SELECT fact FROM memory") == []
             s.proxy._server.handle_exit(signal.SIGTERM, None)  # as uvicorn takes the signal
@@ -60,17 +62,8 @@ def test_a_promotion_past_the_grace_is_cut_with_a_warning(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, records: Records
 ) -> None:
     model = HeldFacts()  # never allowed: its 3 s of patience outlast the grace
-    settings = {"stop_grace_seconds": 0.3}
     try:
-        with stack(
-            tmp_path,
-            db_dsn,
-            fake_upstream,
-            model,
-            summarize=SUMMARIZE,
-            context=CONTEXT,
-            settings=settings,
-        ) as s:
+        with _stack(tmp_path, db_dsn, fake_upstream, model, grace=0.3) as s:
             _compact_with_facts_held(s, model, "cut-facts")
             s.proxy._server.handle_exit(signal.SIGTERM, None)
             s.proxy.stop()

@@ -73,3 +73,31 @@ def test_factor_step_holds_the_previous_step_only_downwards() -> None:
     assert factor_step(EDGE * 1.02, previous=1) == 2
     assert factor_step(EDGE / FACTOR_STEP**0.6, previous=2) == 1
     assert factor_step(EDGE * 0.98) == 1
+
+
+def test_no_turn_of_a_sequence_sends_more_than_its_ratio_allows() -> None:
+    """The hold only ever keeps a higher step (a smaller cap): along a ratio that rises past
+    a held step, falls, flaps and rises again, each turn's block is at most the one its ratio
+    alone gives, and a rise out of a held step shrinks the block at that turn."""
+    ratios = [EDGE * f for f in (1.02, 0.98, 1.02 * FACTOR_STEP, 0.97, 1.01, 0.9, 1.3, 0.5)]
+    held = _blocks(ratios)
+    alone = [_blocks([ratio])[0] for ratio in ratios]
+    assert all(len(h) <= len(a) for h, a in zip(held, alone, strict=True))
+    assert held[1] == held[0] and len(held[2]) < len(held[1])  # held, then up at once
+
+
+def test_a_row_kept_before_the_step_reads_as_no_step() -> None:
+    """A session's ``turn_blocks`` written before the step was kept holds the block's text
+    alone: the next turn starts with no step to hold, and the turn it was kept for sends the
+    text it kept."""
+    old = {"memory": "<memory>\nkept before\n</memory>"}
+    assert _blocks([EDGE * 0.98]) == [_turn_block(EDGE * 0.98, previous=old)]
+    kept = assemble(replace(_turn(EDGE * 0.98, {}, 0), kept=old))
+    assert kept.messages[0]["content"].endswith(old["memory"])
+
+
+def _turn_block(ratio: float, previous: Mapping[str, Any]) -> str:
+    step = _turn(ratio, previous, 0)
+    need = plan_step(step)["memory"]
+    block = render_memory(FACTS, max_tokens=need.max_tokens, tokens=need.tokens)
+    return str(assemble(step, answers={"memory": block}).messages[0]["content"])
