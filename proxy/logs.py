@@ -228,7 +228,10 @@ def masked(text: str) -> str:
     ``Authorization`` header, an API key, ``password=…``, a PEM key) as :data:`REDACTED`.
     Every line goes through it, its fields and traceback too: a provider's error body, an
     exception's message or a header a gateway echoes can hold any of them."""
-    text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, redact_dsn(text))
+    if "@" in text or "password" in text:  # what each of redact_dsn's patterns needs
+        text = redact_dsn(text)
+    if "=" in text:
+        text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
     return redact(text, _patterns())[0]
 
 
