@@ -65,8 +65,10 @@ _DEEPER = "(?:" + "|".join(f"(?(column{n})(?<= {{{n + 1}}})|(?!))" for n in rang
 # after the block), so the text stays JSON. Each form: its line's end, a line, and what
 # follows a line's number: a tab (``cat -n``, editor tools' views), an arrow (Claude Code's
 # Read tool) or a colon (SWE-agent's ``open``).
-_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
-_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
+# A line is read to its end however long (a one-line base64 blob), possessively, so it is
+# read once: a bound on it left the tail past it visible.
+_BARE = (r"\r?\n", r"[^\r\n]++", r"(?:\t|\u2192|:)")
+_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr])++", r"(?:\\t|\u2192|\\u2192|:)")
 
 
 def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool) -> str:

@@ -319,6 +319,16 @@ def test_a_string_longer_than_a_mebibyte_is_redacted_whole() -> None:
     assert redact(text, _PATTERNS) == ('password: "' + REDACTED + "\nnext", 1)
 
 
+def test_a_blocks_line_however_long_is_redacted_whole() -> None:
+    """A block's line past 20,000 characters (a one-line base64 blob under ``secret: |``)
+    is the block's to its end: a line read to a bound left its tail visible, or, as the
+    block's first, no block at all."""
+    for text in ("secret: |\n  " + "Q" * 25000 + "\nuser: x\n", "pwd: |\n  a\n  " + "Q" * 25000):
+        for written in (text, json.dumps({"content": text})):
+            out, n = redact(written, _PATTERNS)
+            assert n == 1 and "Q" not in out and redact(out, _PATTERNS) == (out, 0)
+
+
 @pytest.mark.parametrize(
     "text", ["**THE SERVICE CREDENTIALS:**\nUser: x", "password: ********\n", "| Token: *** |"]
 )
