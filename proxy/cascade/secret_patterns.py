@@ -11,7 +11,15 @@ other way round (the value first). A value is also a YAML block scalar's lines, 
 
 from __future__ import annotations
 
-from proxy.cascade.secret_blocks import BLANK, BLOCK, INDICATOR, KEY_COLUMN, KEYED_BLOCK, NL
+from proxy.cascade.secret_blocks import (
+    BLANK,
+    BLOCK,
+    INDICATOR,
+    KEY_COLUMN,
+    KEYED_BLOCK,
+    NL,
+    SHORT_BLOCK,
+)
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -237,7 +245,10 @@ _NAME_AFTER = (
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.
 _SIBLING_AFTER = (
-    r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value" + _assigned(3) + _SECRET_VALUE + _NAME_AFTER
+    r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value"
+    + _assigned(3)
+    + _secret_value(SHORT_BLOCK)
+    + _NAME_AFTER
 )
 
 # A key and its value in the comment after a block's indicator (``password: |  # old

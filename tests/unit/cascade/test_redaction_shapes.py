@@ -292,6 +292,19 @@ def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
 
 
+def test_values_first_whose_blocks_hold_each_other_cost_linear_time() -> None:
+    """A ``value: |`` whose name never follows is read a bounded number of lines on, once:
+    each such key's block held every later one, and each was read again from every one of
+    them, then given back a line at a time looking for the name (30 KB took seconds). One
+    written first whose name does follow its block is still read."""
+    text = "value: |\n  x\n" + "  value: |\n  x\n" * 2000
+    start = time.process_time()
+    assert redact(text, _PATTERNS) == (text, 0)
+    assert time.process_time() - start < 0.3
+    kept = "- value: |\n    hunter2\n    two\n  name: DB_PASSWORD\n"
+    assert redact(kept, _PATTERNS) == (kept.replace("hunter2\n    two", REDACTED), 1)
+
+
 def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
     """A key and value in the comment after a block's indicator (``password: |  # old
     password: hunter2``) are redacted with the block's lines, at the first pass."""
