@@ -37,7 +37,7 @@ _NOT_BLOCK = (
 # ``-``, the text's or a JSON value's start before them: none is a blank, so one ``n``
 # fits); a key after other text (``DB_PASSWORD`` at ``PASSWORD``) sets none. ``_DEEPER``,
 # after a block's first indentation, holds when that is deeper.
-_COLUMNS = 9
+_COLUMNS = 17
 _LINE_START = (
     *(r"[\n\t\u2192]", r"\\[nt]", r"\n[+\-]", r"\\n[+\-]", r"^[+\-]", "^"),
     *(r':"', r': "', r':"[+\-]', r': "[+\-]'),  # a JSON string's start: a file as its value

@@ -192,6 +192,9 @@ def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
         ("@@ -0,0 +1,3 @@\n+  token: |\n+    - k9x\n+    # s3cr3t\n", "- k9x\n+    # s3cr3t"),
         ("+token: |\n+  - k9x\n", "- k9x"),
         ("     3\t  secret: |\n     4\t    a: b8x\n     5\t  c: 1\n", "a: b8x"),
+        # a key as deep as a Kubernetes manifest's env (10 to 16 blanks)
+        (" " * 10 + "password: |\n" + " " * 12 + "- k9x\n", "- k9x"),
+        (" " * 15 + "token: >-\n" + " " * 16 + "a: b8x\n" + " " * 15 + "c: 1\n", "a: b8x"),
     ],
 )
 def test_a_block_whose_first_line_reads_as_yaml_is_the_blocks_when_it_is_deeper(
