@@ -243,14 +243,17 @@ def _masked_field(value: Any) -> Any:
     """A line's field as a JSON line writes it, masked: a number, a boolean or None as it
     is (no credential is one); a dict or a list masked as its JSON text, so an entry's key
     reads as its value's (``{"x-api-key": …}``), and read back (left the masked text if that
-    is no JSON); anything else as its masked ``str``."""
+    is no JSON); anything else, and a dict JSON cannot write, as its masked ``str``."""
     if _scalar(value):
         return value
     if isinstance(value, str):
         return masked(value)
     if not isinstance(value, (dict, list, tuple)):
         return masked(str(value))
-    text = json.dumps(value, default=str)
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError, RecursionError):  # a tuple for a key, a cycle
+        return masked(str(value))
     out = masked(text)
     if out == text:
         return value

@@ -165,3 +165,15 @@ def test_no_credential_reaches_a_log_line_in_a_structured_field(
         line = json.loads(err)
         assert line["headers"]["x-api-key"] == "[REDACTED]" and line["status"] == 401
         assert isinstance(line["urls"], list) and line["urls"][1]["dsn"].endswith("***@h/d")
+
+
+def test_a_field_json_cannot_write_is_written_as_its_masked_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dict JSON cannot write (a tuple for a key) is its masked ``str``: the line failed,
+    and logging's own error report printed the record's arguments, secrets and all."""
+    configure_logging("info", "json")
+    fields = {"seen": {("gw", 1): "Bearer tuplelogleak0123"}}
+    logging.getLogger("cascade").warning("call %s", "x", extra={"fields": fields})
+    err = capsys.readouterr().err
+    assert "tuplelogleak0123" not in err and json.loads(err)["seen"].endswith("[REDACTED]'}")
