@@ -135,6 +135,14 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     def stream(self) -> Any:
         return sys.stderr
 
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """One masked line for a record that could not be written (its arguments do not fit
+        its format): logging's own report prints the arguments whole, and a traceback."""
+        exc = sys.exc_info()[1]
+        reason = f"{type(exc).__name__}: {masked(str(exc))}" if exc else "unknown"
+        text = masked(f"logging error in {record.name}: {record.msg!s} ({reason})")
+        sys.stderr.write(_escaped(text) + "\n")
+
 
 def configure_logging(level: str, fmt: LogFormat) -> None:
     """Route every logger to one stderr handler in ``fmt``; Cascade's and uvicorn's at ``level``.

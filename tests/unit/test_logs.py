@@ -177,3 +177,18 @@ def test_a_field_json_cannot_write_is_written_as_its_masked_text(
     logging.getLogger("cascade").warning("call %s", "x", extra={"fields": fields})
     err = capsys.readouterr().err
     assert "tuplelogleak0123" not in err and json.loads(err)["seen"].endswith("[REDACTED]'}")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_line_that_cannot_be_formatted_reports_no_argument(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call whose arguments do not fit its format (a bug) is reported on one masked line:
+    logging's own report printed the arguments whole, a provider's error body with them."""
+    configure_logging("info", fmt)  # type: ignore[arg-type]
+    record = logging.LogRecord(
+        "cascade", logging.WARNING, __file__, 1, "status %d", ("Bearer badfmtlogleak0123",), None
+    )
+    _ours()[0].handle(record)  # not through pytest's own handler, which raises instead
+    err = capsys.readouterr().err
+    assert "badfmtlogleak0123" not in err and "status %d" in err and len(err.splitlines()) == 1
