@@ -71,7 +71,7 @@ _BARE = (r"\r?\n", r"[^\r\n]++", r"(?:\t|\u2192|:)")
 _ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr])++", r"(?:\\t|\u2192|\\u2192|:)")
 
 
-def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: int) -> str:
+def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: int | None) -> str:
     """A block scalar's lines after its indicator, in ``form``, each led by ``lead``: nothing,
     its number (``numbered``: a file read with its lines numbered, the file's own
     indentation after it telling the block's lines), or a unified diff's mark (``diff``:
@@ -79,9 +79,9 @@ def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: 
     context too, which the plain reading takes for indentation and so never reads past).
     Group ``secret<name>`` holds them, ``indent<name>`` their indentation. When ``keyed``,
     the pattern begins with ``KEY_COLUMN``, and a first line deeper than the key's is the
-    block's whatever it reads as. It reads ``most`` lines after its first at most, and
-    possessively: a pattern that fails after the block never gives its lines back one at a
-    time."""
+    block's whatever it reads as. It reads every line as indented as its first, or ``most``
+    after it at most, possessively: a pattern that fails after the block never gives its
+    lines back one at a time."""
     nl, line, tab = form
     first = later = ""
     if lead == "numbered":
@@ -104,11 +104,11 @@ def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: 
         + later
         + f"(?P=indent{name})"
         + line
-        + f"){{0,{most}}}+)"
+        + ("){0," + str(most) + "}+)" if most is not None else ")*+)")
     )
 
 
-def _blocks(keyed: bool, most: int = 2000) -> str:
+def _blocks(keyed: bool, most: int | None = None) -> str:
     return (
         INDICATOR
         + "(?:"

@@ -295,6 +295,15 @@ def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
 
 
+def test_a_block_however_many_lines_is_redacted_whole() -> None:
+    """A block past 2,000 lines (a secret's bundle) loses every line: read to a bound, the
+    lines past it stayed, though as indented as the rest."""
+    text = "password: |\n" + "  QQ\n" * 3000 + "user: x\n"
+    for written in (text, json.dumps({"content": text})):
+        out, n = redact(written, _PATTERNS)
+        assert n == 1 and "Q" not in out and "user: x" in out
+
+
 def test_values_first_whose_blocks_hold_each_other_cost_linear_time() -> None:
     """A ``value: |`` whose name never follows is read a bounded number of lines on, once:
     each such key's block held every later one, and each was read again from every one of
