@@ -73,7 +73,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": masked(record.getMessage()),
         }
-        line.update({k: masked(v) if isinstance(v, str) else v for k, v in _fields(record).items()})
+        line.update({k: _masked_field(v) for k, v in _fields(record).items()})
         if record.exc_info:
             line["exc"] = masked(self.formatException(record.exc_info))
         if record.stack_info:
@@ -111,7 +111,7 @@ class TextFormatter(logging.Formatter):
         message = _escaped(masked(record.getMessage()))
         shown = getattr(record, "in_text", ())  # fields the message already says
         extra = " ".join(
-            f"{k}={_escaped(masked(str(v)))}"
+            f"{k}={_escaped(str(v) if _scalar(v) else masked(str(v)))}"
             for k, v in _fields(record).items()
             if v is not None and k not in shown
         )
@@ -134,6 +134,14 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     @property
     def stream(self) -> Any:
         return sys.stderr
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """One masked line for a record that could not be written (its arguments do not fit
+        its format): logging's own report prints the arguments whole, and a traceback."""
+        exc = sys.exc_info()[1]
+        reason = f"{type(exc).__name__}: {masked(str(exc))}" if exc else "unknown"
+        text = masked(f"logging error in {record.name}: {record.msg!s} ({reason})")
+        sys.stderr.write(_escaped(text) + "\n")
 
 
 def configure_logging(level: str, fmt: LogFormat) -> None:
@@ -228,8 +236,39 @@ def masked(text: str) -> str:
     ``Authorization`` header, an API key, ``password=…``, a PEM key) as :data:`REDACTED`.
     Every line goes through it, its fields and traceback too: a provider's error body, an
     exception's message or a header a gateway echoes can hold any of them."""
-    text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, redact_dsn(text))
+    if "@" in text or "password" in text:  # what each of redact_dsn's patterns needs
+        text = redact_dsn(text)
+    if "=" in text:
+        text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
     return redact(text, _patterns())[0]
+
+
+def _scalar(value: object) -> bool:
+    return value is None or isinstance(value, (bool, int, float))
+
+
+def _masked_field(value: Any) -> Any:
+    """A line's field as a JSON line writes it, masked: a number, a boolean or None as it
+    is (no credential is one); a dict or a list masked as its JSON text, so an entry's key
+    reads as its value's (``{"x-api-key": …}``), and read back (left the masked text if that
+    is no JSON); anything else, and a dict JSON cannot write, as its masked ``str``."""
+    if _scalar(value):
+        return value
+    if isinstance(value, str):
+        return masked(value)
+    if not isinstance(value, (dict, list, tuple)):
+        return masked(str(value))
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError, RecursionError):  # a tuple for a key, a cycle
+        return masked(str(value))
+    out = masked(text)
+    if out == text:
+        return value
+    try:
+        return json.loads(out)
+    except ValueError:
+        return out
 
 
 @functools.cache

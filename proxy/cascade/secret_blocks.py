@@ -5,7 +5,7 @@ its lines, in bare text or JSON text, plain, in a numbered file view or in a uni
 
 from __future__ import annotations
 
-__all__ = ["BLANK", "BLOCK", "INDICATOR", "KEYED_BLOCK", "KEY_COLUMN", "NL"]
+__all__ = ["BLANK", "BLOCK", "INDICATOR", "KEYED_BLOCK", "KEY_COLUMN", "NL", "SHORT_BLOCK"]
 
 # A space or tab around a key's separator; a tab is an escape in JSON text (``token:\tvalue``).
 BLANK = r"(?:[ \t]|\\t)"
@@ -37,7 +37,7 @@ _NOT_BLOCK = (
 # ``-``, the text's or a JSON value's start before them: none is a blank, so one ``n``
 # fits); a key after other text (``DB_PASSWORD`` at ``PASSWORD``) sets none. ``_DEEPER``,
 # after a block's first indentation, holds when that is deeper.
-_COLUMNS = 9
+_COLUMNS = 17
 _LINE_START = (
     *(r"[\n\t\u2192]", r"\\[nt]", r"\n[+\-]", r"\\n[+\-]", r"^[+\-]", "^"),
     *(r':"', r': "', r':"[+\-]', r': "[+\-]'),  # a JSON string's start: a file as its value
@@ -65,11 +65,13 @@ _DEEPER = "(?:" + "|".join(f"(?(column{n})(?<= {{{n + 1}}})|(?!))" for n in rang
 # after the block), so the text stays JSON. Each form: its line's end, a line, and what
 # follows a line's number: a tab (``cat -n``, editor tools' views), an arrow (Claude Code's
 # Read tool) or a colon (SWE-agent's ``open``).
-_BARE = (r"\r?\n", r"[^\r\n]{1,20000}+", r"(?:\t|\u2192|:)")
-_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr]){1,20000}+", r"(?:\\t|\u2192|\\u2192|:)")
+# A line is read to its end however long (a one-line base64 blob), possessively, so it is
+# read once: a bound on it left the tail past it visible.
+_BARE = (r"\r?\n", r"[^\r\n]++", r"(?:\t|\u2192|:)")
+_ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr])++", r"(?:\\t|\u2192|\\u2192|:)")
 
 
-def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool) -> str:
+def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: int | None) -> str:
     """A block scalar's lines after its indicator, in ``form``, each led by ``lead``: nothing,
     its number (``numbered``: a file read with its lines numbered, the file's own
     indentation after it telling the block's lines), or a unified diff's mark (``diff``:
@@ -77,7 +79,9 @@ def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool) -> str
     context too, which the plain reading takes for indentation and so never reads past).
     Group ``secret<name>`` holds them, ``indent<name>`` their indentation. When ``keyed``,
     the pattern begins with ``KEY_COLUMN``, and a first line deeper than the key's is the
-    block's whatever it reads as."""
+    block's whatever it reads as. It reads every line as indented as its first, or ``most``
+    after it at most, possessively: a pattern that fails after the block never gives its
+    lines back one at a time."""
     nl, line, tab = form
     first = later = ""
     if lead == "numbered":
@@ -100,16 +104,16 @@ def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool) -> str
         + later
         + f"(?P=indent{name})"
         + line
-        + r"){0,2000})"
+        + ("){0," + str(most) + "}+)" if most is not None else ")*+)")
     )
 
 
-def _blocks(keyed: bool) -> str:
+def _blocks(keyed: bool, most: int | None = None) -> str:
     return (
         INDICATOR
         + "(?:"
         + "|".join(
-            _block(form, lead, kind + lead, keyed)
+            _block(form, lead, kind + lead, keyed, most)
             for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
             for lead in ("", "numbered", "diff")
         )
@@ -118,5 +122,9 @@ def _blocks(keyed: bool) -> str:
 
 
 BLOCK = _blocks(keyed=False)
+# The block of a value written before its name (``- value: |`` then ``name: DB_PASSWORD``),
+# whose pattern fails where no name follows: each such key's block may hold every later
+# one's, so each reads a few lines on, not a long block's (a PEM key's are about 50).
+SHORT_BLOCK = _blocks(keyed=False, most=64)
 KEYED_BLOCK = _blocks(keyed=True)
 """The block for a pattern that begins with ``KEY_COLUMN``."""

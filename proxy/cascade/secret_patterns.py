@@ -11,7 +11,15 @@ other way round (the value first). A value is also a YAML block scalar's lines, 
 
 from __future__ import annotations
 
-from proxy.cascade.secret_blocks import BLANK, BLOCK, INDICATOR, KEY_COLUMN, KEYED_BLOCK, NL
+from proxy.cascade.secret_blocks import (
+    BLANK,
+    BLOCK,
+    INDICATOR,
+    KEY_COLUMN,
+    KEYED_BLOCK,
+    NL,
+    SHORT_BLOCK,
+)
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -29,11 +37,12 @@ _KEYWORD = (
 # Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
 # nulls, and values already redacted; and source code that names a token or password, which
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
-# ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``), a comment
-# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
-# asterisks alone (a Markdown label's closing ``**``, a masked ``********``),
-# a variable's name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value
-# of letters and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute
+# ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``, TypeScript's
+# ``password: string;``: ``_BUILTIN_TYPE``), a comment after the separator (``if not
+# tokens:  # …``), a printf placeholder (``"tokens: %s"``), asterisks alone (a Markdown
+# label's closing ``**``, a masked ``********``), a variable's name (``_csrf_token:
+# csrfToken``, ``password = self.password``): a whole value of letters and underscores that
+# is camelCase, snake_case, CONSTANT_CASE or an attribute
 # (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
 # A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
 # bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
@@ -71,11 +80,16 @@ _IDENTIFIER = (
     r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
 )
+# A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
+# and C#'s (``String?``, optional); none is a password anyone sets.
+_BUILTIN_TYPE = (
+    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void)"
+)
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
-    r"(?!(?:str|int|bool|bytes|float)(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
+    r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
@@ -237,7 +251,10 @@ _NAME_AFTER = (
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.
 _SIBLING_AFTER = (
-    r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value" + _assigned(3) + _SECRET_VALUE + _NAME_AFTER
+    r"(?i)(?:(?<![a-z0-9_])|(?<=parameter))value"
+    + _assigned(3)
+    + _secret_value(SHORT_BLOCK)
+    + _NAME_AFTER
 )
 
 # A key and its value in the comment after a block's indicator (``password: |  # old

@@ -133,3 +133,62 @@ def test_no_credential_reaches_a_log_line(fmt: str, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     leaked = [s for secrets in _LEAKS.values() for s in secrets.split() if s in err]
     assert leaked == [] and "api-version=1" in err and "[REDACTED]" in err
+
+
+class _Url:
+    """An object a line's field holds, written by its ``str`` (an ``httpx.URL``)."""
+
+    def __str__(self) -> str:
+        return "https://gw.test/v1?key=objlogleak7"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_no_credential_reaches_a_log_line_in_a_structured_field(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A field that is a dict, a list or another object is masked as a string field is: a
+    header map (``x-api-key`` names its value's secret, a sibling of it), a list of URLs,
+    an object written by its ``str``. In JSON lines a dict or list stays one, and a number
+    stays a number."""
+    configure_logging("info", fmt)  # type: ignore[arg-type]
+    fields = {
+        "headers": {"x-api-key": "ak-logleak-88", "Authorization": "Bearer dictlogleak0123"},
+        "urls": ["https://gw.test/v1?api_key=listlogleak5", {"dsn": "postgres://a:nestleak@h/d"}],
+        "url": _Url(),
+        "status": 401,
+    }
+    logging.getLogger("cascade").warning("upstream refused", extra={"fields": fields})
+    err = capsys.readouterr().err
+    leaks = ("ak-logleak-88", "dictlogleak0123", "listlogleak5", "nestleak", "objlogleak7")
+    assert [s for s in leaks if s in err] == [] and "[REDACTED]" in err
+    if fmt == "json":
+        line = json.loads(err)
+        assert line["headers"]["x-api-key"] == "[REDACTED]" and line["status"] == 401
+        assert isinstance(line["urls"], list) and line["urls"][1]["dsn"].endswith("***@h/d")
+
+
+def test_a_field_json_cannot_write_is_written_as_its_masked_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dict JSON cannot write (a tuple for a key) is its masked ``str``: the line failed,
+    and logging's own error report printed the record's arguments, secrets and all."""
+    configure_logging("info", "json")
+    fields = {"seen": {("gw", 1): "Bearer tuplelogleak0123"}}
+    logging.getLogger("cascade").warning("call %s", "x", extra={"fields": fields})
+    err = capsys.readouterr().err
+    assert "tuplelogleak0123" not in err and json.loads(err)["seen"].endswith("[REDACTED]'}")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_line_that_cannot_be_formatted_reports_no_argument(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call whose arguments do not fit its format (a bug) is reported on one masked line:
+    logging's own report printed the arguments whole, a provider's error body with them."""
+    configure_logging("info", fmt)  # type: ignore[arg-type]
+    record = logging.LogRecord(
+        "cascade", logging.WARNING, __file__, 1, "status %d", ("Bearer badfmtlogleak0123",), None
+    )
+    _ours()[0].handle(record)  # not through pytest's own handler, which raises instead
+    err = capsys.readouterr().err
+    assert "badfmtlogleak0123" not in err and "status %d" in err and len(err.splitlines()) == 1

@@ -133,6 +133,10 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         "def f(tokens: Sequence[BaseSegment]) -> None:",
         "csrfToken = document.querySelector('meta')",
         "def login(user: str, password: str) -> None:",
+        # a builtin type in TypeScript's, Kotlin's and C#'s annotations, optional ones too
+        "interface Login { password: string; showPassword: boolean; apiToken?: string }",
+        "function f(token: string | undefined, secretCount: number): void {}",
+        "val password: String? = null",
         "if not tokens:  # pragma: no cover",
         'log.info("Lexed tokens: %s", tokens)',
         # a variable's name as the value: camelCase, snake_case, CONSTANT_CASE, attribute

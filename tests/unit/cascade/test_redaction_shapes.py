@@ -192,6 +192,9 @@ def test_a_string_as_long_as_a_services_largest_secret_is_redacted() -> None:
         ("@@ -0,0 +1,3 @@\n+  token: |\n+    - k9x\n+    # s3cr3t\n", "- k9x\n+    # s3cr3t"),
         ("+token: |\n+  - k9x\n", "- k9x"),
         ("     3\t  secret: |\n     4\t    a: b8x\n     5\t  c: 1\n", "a: b8x"),
+        # a key as deep as a Kubernetes manifest's env (10 to 16 blanks)
+        (" " * 10 + "password: |\n" + " " * 12 + "- k9x\n", "- k9x"),
+        (" " * 15 + "token: >-\n" + " " * 16 + "a: b8x\n" + " " * 15 + "c: 1\n", "a: b8x"),
     ],
 )
 def test_a_block_whose_first_line_reads_as_yaml_is_the_blocks_when_it_is_deeper(
@@ -292,6 +295,28 @@ def test_long_blocks_and_strings_under_keys_cost_linear_time() -> None:
     assert costs[1] < 8 * max(costs[0], 1e-3) and costs[1] < 1.5, costs
 
 
+def test_a_block_however_many_lines_is_redacted_whole() -> None:
+    """A block past 2,000 lines (a secret's bundle) loses every line: read to a bound, the
+    lines past it stayed, though as indented as the rest."""
+    text = "password: |\n" + "  QQ\n" * 3000 + "user: x\n"
+    for written in (text, json.dumps({"content": text})):
+        out, n = redact(written, _PATTERNS)
+        assert n == 1 and "Q" not in out and "user: x" in out
+
+
+def test_values_first_whose_blocks_hold_each_other_cost_linear_time() -> None:
+    """A ``value: |`` whose name never follows is read a bounded number of lines on, once:
+    each such key's block held every later one, and each was read again from every one of
+    them, then given back a line at a time looking for the name (30 KB took seconds). One
+    written first whose name does follow its block is still read."""
+    text = "value: |\n  x\n" + "  value: |\n  x\n" * 2000
+    start = time.process_time()
+    assert redact(text, _PATTERNS) == (text, 0)
+    assert time.process_time() - start < 0.3
+    kept = "- value: |\n    hunter2\n    two\n  name: DB_PASSWORD\n"
+    assert redact(kept, _PATTERNS) == (kept.replace("hunter2\n    two", REDACTED), 1)
+
+
 def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
     """A key and value in the comment after a block's indicator (``password: |  # old
     password: hunter2``) are redacted with the block's lines, at the first pass."""
@@ -317,6 +342,16 @@ def test_a_string_longer_than_a_mebibyte_is_redacted_whole() -> None:
     # one left open at its line's end past 1 MiB is no prose: all of its line goes
     text = 'password: "' + "Q" * ((1 << 20) + 7) + "\nnext"
     assert redact(text, _PATTERNS) == ('password: "' + REDACTED + "\nnext", 1)
+
+
+def test_a_blocks_line_however_long_is_redacted_whole() -> None:
+    """A block's line past 20,000 characters (a one-line base64 blob under ``secret: |``)
+    is the block's to its end: a line read to a bound left its tail visible, or, as the
+    block's first, no block at all."""
+    for text in ("secret: |\n  " + "Q" * 25000 + "\nuser: x\n", "pwd: |\n  a\n  " + "Q" * 25000):
+        for written in (text, json.dumps({"content": text})):
+            out, n = redact(written, _PATTERNS)
+            assert n == 1 and "Q" not in out and redact(out, _PATTERNS) == (out, 0)
 
 
 @pytest.mark.parametrize(
