@@ -63,7 +63,8 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
     if not sent:
-        return "no key: none is set for it (apiKeyEnv) and the client's is not forwarded"
+        # the client sent none, or sent a proxy key, which never leaves (``auth.keys``)
+        return "no key: none is set for it (apiKeyEnv), and the call carried none of the client's"
     if sent == _url_basic(provider.base_url):
         return "the user and password in its baseUrl"
     return "the key the client sent, which the proxy forwards"

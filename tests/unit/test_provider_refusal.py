@@ -56,3 +56,12 @@ def test_a_basic_header_is_named_the_base_urls_only_when_it_is_that_one() -> Non
     assert "the user and password in its baseUrl" in ours, ours
     theirs = _relayed(b"", _basic("someone", "else-entirely"), at)
     assert "the key the client sent" in theirs, theirs
+
+
+def test_a_call_without_a_key_does_not_say_the_clients_was_held_back() -> None:
+    """Without proxy keys the client's ``Authorization`` is forwarded: a call that carried
+    none is one the client sent none with, which the message must not deny."""
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    answer = Answer(401, httpx.Headers(), b"", request)
+    body, _ = relayed(_PLAIN, answer, answer.content, {})
+    assert "no key" in body.decode() and "not forwarded" not in body.decode(), body
