@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from proxy.answers import sent_secrets
 from proxy.config import ProviderConfig
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
@@ -62,6 +63,8 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
     if provider.own_key(os.environ):
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
+    if not sent and sent_secrets(request):  # a key-named parameter (``?key=``) went
+        return "the key the client sent in the query, which the proxy forwards"
     if not sent:
         # the client sent none, or sent a proxy key, which never leaves (``auth.keys``)
         return "no key: none is set for it (apiKeyEnv), and the call carried none of the client's"

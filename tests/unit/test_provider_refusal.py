@@ -65,3 +65,13 @@ def test_a_call_without_a_key_does_not_say_the_clients_was_held_back() -> None:
     answer = Answer(401, httpx.Headers(), b"", request)
     body, _ = relayed(_PLAIN, answer, answer.content, {})
     assert "no key" in body.decode() and "not forwarded" not in body.decode(), body
+
+
+def test_a_key_the_client_sent_in_the_query_is_named_as_its_key() -> None:
+    """A client's query goes upstream, a key in it (``?key=``, as some providers take one)
+    with it: that is the key refused, not "no key"."""
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions?key=AIza0123456789")
+    answer = Answer(401, httpx.Headers(), b"", request)
+    body = relayed(_PLAIN, answer, answer.content, {})[0].decode()
+    assert "the key the client sent in the query" in body and "no key" not in body, body
+    assert "AIza0123456789" not in body
