@@ -157,12 +157,19 @@ class _Body:
             yield piece
 
 
+@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "escaped"])
 @pytest.mark.parametrize("error_id", [None, "c-1", "c-other"], ids=["bare", "same", "realigned"])
-async def test_a_streams_own_error_frame_goes_out_without_the_key(error_id: str | None) -> None:
+async def test_a_streams_own_error_frame_goes_out_without_the_key(
+    error_id: str | None, escaped: bool
+) -> None:
+    """Also with the key spelled by JSON escapes (``\\u002d``), which an SSE client parses."""
     error = {"error": {"message": f"bad key {CLIENT}", "type": "auth", "code": CLIENT}}
     if error_id is not None:  # a later round's frame takes the stream's identity, re-encoded
         error["id"] = error_id  # type: ignore[assignment]
-    body = _Body(f"data: {json.dumps(error)}\n\n".encode(), b"data: [DONE]\n\n")
+    text = json.dumps(error)
+    if escaped:
+        text = text.replace(CLIENT, CLIENT.replace("-", "\\u002d"))
+    body = _Body(f"data: {text}\n\n".encode(), b"data: [DONE]\n\n")
     out = RoundOutcome(scrub=lambda text: scrub_text(text, secrets_of(CLIENT)))
     client = ClientStream(head={"id": "c-1", "created": 1, "model": "m"})
     relayed = b"".join(
