@@ -15,7 +15,7 @@ import httpx
 from proxy.config import ProviderConfig
 from proxy.credentials import MIN_SECRET_CHARS, scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
-from proxy.jsonio import loads, loads_json
+from proxy.jsonio import dumps, loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
 from proxy.requestlog import UpstreamTimer
 
@@ -117,7 +117,22 @@ def scrubbed(status: int, body: bytes, request: httpx.Request | None) -> bytes:
     the credential ``request`` sent (``proxy.credentials``), a success's as it came."""
     if status < 400:
         return body
-    return scrub_bytes(body, sent_secrets(request))
+    secrets = sent_secrets(request)
+    out = scrub_bytes(body, secrets)
+    return _escapes_scrubbed(out, secrets) if secrets and b"\\u" in out else out
+
+
+def _escapes_scrubbed(body: bytes, secrets: tuple[str, ...]) -> bytes:
+    """``body`` written again, scrubbed, when a JSON escape in it spells one of ``secrets``
+    that its bytes do not: a JSON writer may escape any character (.NET's writes ``+`` as
+    ``\\u002B``), and a client's parser reads the key out whole. Else as it came."""
+    try:
+        data = loads_json(body)
+    except (ValueError, RecursionError):
+        return body
+    text = dumps(data)
+    again = scrub_bytes(text, secrets)
+    return body if again == text else again
 
 
 def sent_authorization(request: httpx.Request | None) -> str | None:

@@ -6,7 +6,8 @@ client's token forwarded, or the Basic header of a baseUrl's user:password), and
 keeps it with the answer (``Answer.scrub``, ``StreamAnswer.scrub``): every provider error the
 proxy surfaces, relayed to the client, logged, put in an event or stored, is scrubbed of it
 first (``scrub_text``, ``scrub_bytes``): its token, the token's JSON-escaped spellings, and
-for Basic the ``user:password`` and the password it encodes become ``[REDACTED]``.
+for Basic the ``user:password`` and the password it encodes become ``[REDACTED]`` (a JSON
+body whose other escapes spell one is written again, ``answers.scrubbed``).
 
 A credential shorter than ``MIN_SECRET_CHARS`` is left alone: no real key is that short, the
 placeholders clients send a keyless local server are ("EMPTY", "none", "x"), and those are

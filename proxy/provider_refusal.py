@@ -16,10 +16,13 @@ provider refused (the console does).
 
 from __future__ import annotations
 
+import base64
 import os
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
+from proxy.answers import sent_secrets
 from proxy.config import ProviderConfig
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
@@ -42,7 +45,7 @@ def relayed(
     already scrubbed of the credential sent): as they came, but for a 401 (module doc)."""
     if answer.status_code != 401:
         return body, headers
-    error = _error(body)
+    error = _error(body, answer.scrub)
     message = f"{provider_name(provider)} answered 401 to {_whose(provider, answer.request)}"
     message += f": {_said(error, body)}"
     out = {
@@ -60,29 +63,46 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
     if provider.own_key(os.environ):
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
+    if not sent and sent_secrets(request):  # a key-named parameter (``?key=``) went
+        return "the key the client sent in the query, which the proxy forwards"
     if not sent:
-        return "no key: none is set for it (apiKeyEnv) and the client's is not forwarded"
-    if sent.lower().startswith("basic ") and urlsplit(provider.base_url).username:
+        # the client sent none, or sent a proxy key, which never leaves (``auth.keys``)
+        return "no key: none is set for it (apiKeyEnv), and the call carried none of the client's"
+    if sent == _url_basic(provider.base_url):
         return "the user and password in its baseUrl"
     return "the key the client sent, which the proxy forwards"
 
 
-def _error(body: bytes) -> dict[str, Any] | None:
-    """The body's OpenAI error object, if it is one."""
+def _url_basic(base_url: str) -> str | None:
+    """The Basic header ``Upstream`` builds from ``base_url``'s user and password (as httpx
+    does), which it sends only on a call without a client's ``Authorization``."""
+    u = urlsplit(base_url)
+    if u.username is None and u.password is None:
+        return None
+    pair = f"{unquote(u.username or '')}:{unquote(u.password or '')}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
+    """The body's OpenAI error object, if it is one: its text fields as parsed, scrubbed
+    again, since a JSON writer may escape any character of the key (``\\u002B``), which the
+    bytes' scrub then misses and parsing spells out."""
     try:
         data = loads_json(body)
     except (ValueError, RecursionError):
         return None
     error = data.get("error") if isinstance(data, dict) else None
-    return error if isinstance(error, dict) else None
+    if not isinstance(error, dict):
+        return None
+    return {k: scrub(v) for k, v in error.items() if isinstance(v, str)}
 
 
-def _text(error: dict[str, Any] | None, key: str) -> str | None:
+def _text(error: dict[str, str] | None, key: str) -> str | None:
     value = error.get(key) if error is not None else None
-    return value[:_QUOTED] if isinstance(value, str) and value else None
+    return value[:_QUOTED] if value else None
 
 
-def _said(error: dict[str, Any] | None, body: bytes) -> str:
+def _said(error: dict[str, str] | None, body: bytes) -> str:
     """The provider's own words: its error's message, else its body's text when short plain
     text (no page of markup), else what the body was."""
     if (message := _text(error, "message")) is not None:

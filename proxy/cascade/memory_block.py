@@ -14,7 +14,8 @@ message to a model that takes no system message: ``services/system_role.py``). T
 is not touched, so the block is never stored as a message a client sent. A first message that
 already holds a block this stage rendered (a client that resends the prompt it was sent)
 has it replaced where it stands by the current one, or left out with no block to send (a
-first message that is the block alone, the proxy's own system message resent, with it): it
+first message that is the block alone, the proxy's own system message resent, with it; so
+is a first user message that is the block alone, as that model was sent it): it
 would otherwise pile up by one a request, or, once a fact changed, keep a deleted fact
 beside the block that dropped it.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.cascade.memory import fact_key
@@ -208,6 +209,11 @@ def _block_of(answer: Any) -> str | None:
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
+    if messages and _resent_as_user(messages[0]):  # the proxy's own: as a system one alone
+        after = add_memory(messages[1:], step)
+        source = after.marks.source or tuple(range(len(after.messages)))
+        shifted = tuple(None if i is None else i + 1 for i in source)
+        return replace(after, marks=replace(after.marks, source=shifted))
     block = _block_of(step.answers.get(MEMORY_NAME))
     if messages and messages[0].get("role") in LEADING_ROLES:
         first = _replaced(messages[0], block)  # a client that resent the prompt it was sent
@@ -223,6 +229,13 @@ def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     return StageResult(
         ({"role": "system", "content": block}, *messages), marks=Marks(source=source)
     )
+
+
+def _resent_as_user(msg: Message) -> bool:
+    """Whether ``msg`` is a block this stage rendered, alone, as a user message: the one a
+    model that takes no system message was sent in place of the system message of its own
+    (``services/system_role.py``), resent."""
+    return msg.get("role") == "user" and whole_block(msg.get("content"), _HEAD, _TAIL)
 
 
 def _replaced(msg: Message, block: str | None) -> Message | None:

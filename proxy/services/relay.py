@@ -309,9 +309,11 @@ def _frame(
     event: bytes, chunk: dict[str, Any], rewritten: dict[str, Any], out: RoundOutcome
 ) -> bytes:
     """A chunk's frame as it goes out: the provider's bytes when nothing in it changed, else
-    re-encoded; once the round met a provider's error, without the key the call sent."""
-    data = event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
-    return out.scrub(data.decode()).encode() if out.provider_error else data
+    re-encoded; once the round met a provider's error, re-encoded without the key the call
+    sent (the provider's bytes may spell it in JSON escapes, which a client parses)."""
+    if out.provider_error:
+        return out.scrub(sse.reframe(event, rewritten).decode()).encode()
+    return event if rewritten is chunk or rewritten == chunk else sse.reframe(event, rewritten)
 
 
 def _out(

@@ -86,6 +86,27 @@ async def test_a_base_urls_user_and_password_are_scrubbed_in_every_spelling() ->
     assert got.text == "refused Basic [REDACTED] ([REDACTED], [REDACTED])"
 
 
+async def test_a_key_a_provider_wrote_with_json_escapes_is_scrubbed_as_parsed() -> None:
+    """A JSON writer may escape any character (.NET's writes ``+`` as ``\\u002B``): no
+    spelling of the key is in the bytes, and a client's parser reads it out whole. Such a
+    body goes written again, scrubbed; one without goes byte for byte."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        token = request.headers["authorization"].partition(" ")[2]
+        quoted = token.replace("-", "\\u002D")
+        return httpx.Response(400, text='{"error": {"message": "bad key: ' + quoted + '"}}')
+
+    got = await _call(
+        _upstream(httpx.MockTransport(answer)), _KEYLESS, {"authorization": f"Bearer {CLIENT}"}
+    )
+    assert CLIENT not in json.dumps(got.json(), ensure_ascii=False), got.content
+    assert got.json()["error"]["message"] == "bad key: [REDACTED]"
+    other = b'{"error":  {"message": "caf\\u00e9 is closed"}}'  # an escape, no key: as it came
+    mock = httpx.MockTransport(lambda _: httpx.Response(400, content=other))
+    plain = await _call(_upstream(mock), _KEYLESS, {"authorization": f"Bearer {CLIENT}"})
+    assert plain.content == other
+
+
 async def test_a_success_is_relayed_as_it_came() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"choices": [], "note": request.headers["authorization"]})
@@ -136,12 +157,19 @@ class _Body:
             yield piece
 
 
+@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "escaped"])
 @pytest.mark.parametrize("error_id", [None, "c-1", "c-other"], ids=["bare", "same", "realigned"])
-async def test_a_streams_own_error_frame_goes_out_without_the_key(error_id: str | None) -> None:
+async def test_a_streams_own_error_frame_goes_out_without_the_key(
+    error_id: str | None, escaped: bool
+) -> None:
+    """Also with the key spelled by JSON escapes (``\\u002d``), which an SSE client parses."""
     error = {"error": {"message": f"bad key {CLIENT}", "type": "auth", "code": CLIENT}}
     if error_id is not None:  # a later round's frame takes the stream's identity, re-encoded
         error["id"] = error_id  # type: ignore[assignment]
-    body = _Body(f"data: {json.dumps(error)}\n\n".encode(), b"data: [DONE]\n\n")
+    text = json.dumps(error)
+    if escaped:
+        text = text.replace(CLIENT, CLIENT.replace("-", "\\u002d"))
+    body = _Body(f"data: {text}\n\n".encode(), b"data: [DONE]\n\n")
     out = RoundOutcome(scrub=lambda text: scrub_text(text, secrets_of(CLIENT)))
     client = ClientStream(head={"id": "c-1", "created": 1, "model": "m"})
     relayed = b"".join(

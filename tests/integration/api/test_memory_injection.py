@@ -23,7 +23,11 @@ def config_path(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
-        agents={"default": {"provider": "openai"}, "coder": {"provider": "openai"}},
+        agents={
+            "default": {"provider": "openai"},
+            "coder": {"provider": "openai"},
+            "reasoner": {"provider": "openai", "model": "o1-mini"},  # a name the client uses
+        },
         context={"memoryPromotion": {"mode": "suggest"}},
     )
 
@@ -112,6 +116,26 @@ def test_for_a_model_without_system_messages_the_block_is_a_user_message(
     messages = fake_upstream.bodies()[-1]["messages"]
     assert messages[0]["role"] == "user" and messages[0]["content"].startswith("<memory>")
     assert messages[1] == {"role": "user", "content": "hi"}
+    assert fake_upstream.violations == []
+
+
+def test_a_model_renamed_to_one_without_system_messages_gets_the_block_as_a_user_message(
+    http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    """The rule reads the name sent upstream (``agents.<name>.model``), not the client's."""
+    fake_upstream.validator = violations
+    http.post("/v1/memory", json={"text": "The port is 8443"})
+    turn = [{"role": "user", "content": "hi"}]
+    r = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": "mem-renamed"},
+        json={"model": "reasoner", "messages": turn},
+    )
+    assert r.status_code == 200, r.text
+    sent = fake_upstream.bodies()[-1]
+    assert sent["model"] == "o1-mini"
+    assert sent["messages"][0]["role"] == "user", sent["messages"]
+    assert sent["messages"][0]["content"].startswith("<memory>")
     assert fake_upstream.violations == []
 
 

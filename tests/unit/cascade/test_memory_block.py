@@ -250,3 +250,17 @@ def test_a_resent_block_goes_once_no_fact_is_left_to_list() -> None:
     for content in (old, [{"type": "text", "text": old}]):
         alone = _step({"role": "system", "content": content}, user("hi"))
         assert assemble(alone, answers={"memory": None}).messages == alone.window[1:]
+
+
+def test_a_block_resent_as_the_user_message_a_model_without_system_messages_got_goes() -> None:
+    """o1-mini is sent the block as a user message of its own (``services/system_role.py``):
+    resent, it is the proxy's as the system message alone is, replaced by the current block
+    or left out, not kept as a client's message beside it (one more a request)."""
+    old, new = render_memory(["The port is 8443"]), render_memory(["The port is 9000"])
+    assert old is not None and new is not None
+    step = _step(user(old), user("hi"))
+    out = assemble(step, answers={"memory": new})
+    assert out.messages == ({"role": "system", "content": new}, user("hi"))
+    assert assemble(step, answers={"memory": None}).messages == (user("hi"),)
+    mine = _step(user(old + "\n\nand my question"), user("hi"))  # more than the block
+    assert assemble(mine, answers={"memory": None}).messages == mine.window
