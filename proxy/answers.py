@@ -29,6 +29,7 @@ __all__ = [
     "over_cap",
     "read_capped",
     "response_headers",
+    "scrub_error",
     "scrubbed",
     "sent_authorization",
     "sent_secrets",
@@ -115,8 +116,13 @@ class Answer:
 def scrubbed(status: int, body: bytes, request: httpx.Request | None) -> bytes:
     """An answer's body as the proxy surfaces it: an error's (a status of 400 or more) without
     the credential ``request`` sent (``proxy.credentials``), a success's as it came."""
-    if status < 400:
-        return body
+    return body if status < 400 else scrub_error(body, request)
+
+
+def scrub_error(body: bytes, request: httpx.Request | None) -> bytes:
+    """An error's body without the credential ``request`` sent, as bytes or as a JSON escape
+    spells it (``_escapes_scrubbed``): whatever quotes an error (a relayed body, a log line,
+    an event) quotes it so."""
     secrets = sent_secrets(request)
     out = scrub_bytes(body, secrets)
     return _escapes_scrubbed(out, secrets) if secrets and b"\\u" in out else out

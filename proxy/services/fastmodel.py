@@ -20,7 +20,6 @@ from typing import Any
 from proxy import answers, chunks, sse
 from proxy.cascade.text import content_text
 from proxy.chunk_faults import error_answer
-from proxy.credentials import scrub_text
 from proxy.errors import UpstreamBadResponse
 from proxy.observe import note_bad_answer, note_usage
 from proxy.provider_errors import provider_name
@@ -278,8 +277,8 @@ _TOO_DEEP = "the answer's JSON nests too deep"
 def _scrubbing(resp: Any) -> Callable[[str], str]:
     """What scrubs the credential ``resp``'s call sent from a text of its body, which comes
     unscrubbed on a success (``Upstream.call`` scrubs an error's)."""
-    sent = answers.sent_secrets(getattr(resp, "request", None))
-    return lambda text: scrub_text(text, sent)
+    request = getattr(resp, "request", None)
+    return lambda text: answers.scrub_error(text.encode(), request).decode("utf-8", "replace")
 
 
 def _streamed(text: str, scrub: Callable[[str], str]) -> dict[str, Any]:

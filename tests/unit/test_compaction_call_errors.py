@@ -81,3 +81,14 @@ async def test_an_error_object_in_a_200_answer_is_quoted() -> None:
     quoting.sent = httpx.Request("POST", "http://p/v1", headers={"authorization": f"Bearer {key}"})
     reason = await _reason(quoting)
     assert key not in reason and "bad key" in reason
+
+
+async def test_a_key_an_error_in_a_200_quotes_with_a_json_escape_is_not_quoted() -> None:
+    """A JSON writer may escape any character (.NET's writes ``-`` as ``\\u002D``): the key
+    is as plain to whoever reads the quote as when written bare."""
+    key = "sk-" + "Qx7" * 12
+    body = '{"error": {"message": "bad key sk\\u002D' + "Qx7" * 12 + '"}}'
+    quoting = _Upstream(body)
+    quoting.sent = httpx.Request("POST", "http://p/v1", headers={"authorization": f"Bearer {key}"})
+    reason = await _reason(quoting)
+    assert "Qx7Qx7Qx7" not in reason and "bad key" in reason
