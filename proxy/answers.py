@@ -139,12 +139,17 @@ def _escapes_scrubbed(body: bytes, secrets: tuple[str, ...]) -> bytes:
     return scrub_bytes(dumps(data), secrets)
 
 
-_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
+# A surrogate pair's two escapes, read as the one character they spell, else one escape.
+_ESCAPE = re.compile(rb"(?i)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|\\u([0-9a-f]{4})")
 
 
 def _character(m: re.Match[bytes]) -> bytes:
-    """The UTF-8 bytes of the character a ``\\uXXXX`` escape spells (a surrogate half's own)."""
-    return chr(int(m[1], 16)).encode("utf-8", "surrogatepass")
+    """The UTF-8 bytes of the character an escape, or a surrogate pair's two, spell (a lone
+    surrogate half's own)."""
+    if m[3] is not None:
+        return chr(int(m[3], 16)).encode("utf-8", "surrogatepass")
+    high, low = int(m[1], 16), int(m[2], 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode()
 
 
 def sent_authorization(request: httpx.Request | None) -> str | None:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from proxy.answers import scrubbed
+from proxy.cascade.redaction import REDACTED
 from proxy.config import ModelConfig, ProviderConfig
 from proxy.credentials import scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
@@ -120,6 +121,10 @@ def test_escapes_are_read_for_the_key_in_every_member_and_only_there() -> None:
     basic = httpx.Request("POST", "https://p/", headers={"authorization": f"Basic {pair}"})
     number = b'{"error": {"message": "caf\\u00e9", "retry": 1e6}}'
     assert scrubbed(400, number, basic) == number
+    astral = base64.b64encode("user:hunter\U0001f600x".encode()).decode()
+    emoji = httpx.Request("POST", "https://p/", headers={"authorization": f"Basic {astral}"})
+    pairs = b'{"error": {"message": "\\u0068unter\\ud83d\\ude00x"}}'  # a surrogate pair
+    assert json.loads(scrubbed(401, pairs, emoji))["error"]["message"] == REDACTED
 
 
 async def test_a_success_is_relayed_as_it_came() -> None:
