@@ -131,14 +131,31 @@ def scrub_error(body: bytes, request: httpx.Request | None) -> bytes:
 def _escapes_scrubbed(body: bytes, secrets: tuple[str, ...]) -> bytes:
     """``body`` written again, scrubbed, when a JSON escape in it spells one of ``secrets``
     that its bytes do not: a JSON writer may escape any character (.NET's writes ``+`` as
-    ``\\u002B``), and a client's parser reads the key out whole. Else as it came."""
+    ``\\u002B``), and a client's parser reads the key out whole. Else as it came, byte for
+    byte. The escapes are read in the bytes, not in what ``json`` keeps: a member a later
+    duplicate hides from it is one a first-wins parser reads, and writing a body again
+    spells its numbers anew (``1e6`` as ``1000000.0``), where no escape spelled a key."""
+    unescaped = _ESCAPE.sub(_character, body)
+    if scrub_bytes(unescaped, secrets) == unescaped:
+        return body
     try:
         data = loads_json(body)
     except (ValueError, RecursionError):
         return body
-    text = dumps(data)
-    again = scrub_bytes(text, secrets)
-    return body if again == text else again
+    return scrub_bytes(dumps(data), secrets)
+
+
+# A surrogate pair's two escapes, read as the one character they spell, else one escape.
+_ESCAPE = re.compile(rb"(?i)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|\\u([0-9a-f]{4})")
+
+
+def _character(m: re.Match[bytes]) -> bytes:
+    """The UTF-8 bytes of the character an escape, or a surrogate pair's two, spell (a lone
+    surrogate half's own)."""
+    if m[3] is not None:
+        return chr(int(m[3], 16)).encode("utf-8", "surrogatepass")
+    high, low = int(m[1], 16), int(m[2], 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode()
 
 
 def sent_authorization(request: httpx.Request | None) -> str | None:

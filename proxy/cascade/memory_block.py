@@ -209,11 +209,18 @@ def _block_of(answer: Any) -> str | None:
 
 
 def add_memory(messages: tuple[Message, ...], step: StepInput) -> StageResult:
-    if messages and _resent_as_user(messages[0]):  # the proxy's own: as a system one alone
-        after = add_memory(messages[1:], step)
-        source = after.marks.source or tuple(range(len(after.messages)))
-        shifted = tuple(None if i is None else i + 1 for i in source)
-        return replace(after, marks=replace(after.marks, source=shifted))
+    resent = 0  # the proxy's own, as user messages: as a system one alone, all at once
+    while resent < len(messages) and _resent_as_user(messages[resent]):
+        resent += 1
+    if not resent:
+        return _added(messages, step)
+    after = _added(messages[resent:], step)
+    source = after.marks.source or tuple(range(len(after.messages)))
+    shifted = tuple(None if i is None else i + resent for i in source)
+    return replace(after, marks=replace(after.marks, source=shifted))
+
+
+def _added(messages: tuple[Message, ...], step: StepInput) -> StageResult:
     block = _block_of(step.answers.get(MEMORY_NAME))
     if messages and messages[0].get("role") in LEADING_ROLES:
         first = _replaced(messages[0], block)  # a client that resent the prompt it was sent

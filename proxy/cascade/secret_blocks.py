@@ -80,7 +80,7 @@ def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: 
     Group ``secret<name>`` holds them, ``indent<name>`` their indentation. When ``keyed``,
     the pattern begins with ``KEY_COLUMN``, and a first line deeper than the key's is the
     block's whatever it reads as. It reads every line as indented as its first, or ``most``
-    after it at most, possessively: a pattern that fails after the block never gives its
+    lines in all at most, possessively: a pattern that fails after the block never gives its
     lines back one at a time."""
     nl, line, tab = form
     first = later = ""
@@ -104,7 +104,7 @@ def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: 
         + later
         + f"(?P=indent{name})"
         + line
-        + ("){0," + str(most) + "}+)" if most is not None else ")*+)")
+        + ("){0," + str(most - 1) + "}+)" if most is not None else ")*+)")
     )
 
 
@@ -124,7 +124,7 @@ def _blocks(keyed: bool, most: int | None = None) -> str:
 BLOCK = _blocks(keyed=False)
 # The block of a value written before its name (``- value: |`` then ``name: DB_PASSWORD``),
 # whose pattern fails where no name follows: each such key's block may hold every later
-# one's, so each reads a few lines on, not a long block's (a PEM key's are about 50).
+# one's, so each reads 64 lines at most, not a long block's (a PEM key's are about 50).
 SHORT_BLOCK = _blocks(keyed=False, most=64)
 KEYED_BLOCK = _blocks(keyed=True)
 """The block for a pattern that begins with ``KEY_COLUMN``."""

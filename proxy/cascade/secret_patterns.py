@@ -85,6 +85,19 @@ _IDENTIFIER = (
 _BUILTIN_TYPE = (
     r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void)"
 )
+# An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
+# ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
+_ANNOTATION = (
+    r"(?:\??"
+    + BLANK
+    + "{0,3}:"
+    + BLANK
+    + "{0,3}"
+    + _BUILTIN_TYPE
+    + r"\??(?="
+    + BLANK
+    + r"{0,3}=(?![=>])))?+"
+)
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
@@ -335,7 +348,12 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # value through and leave the text JSON no longer.
     # ``KEY_COLUMN`` is looked for only where a keyword's first letter is: a scan of every
     # position (a text dense with keys) tries it nowhere else.
-    r"(?i)(?=[acpst])" + KEY_COLUMN + _SECRET_KEY + _assigned(3) + _secret_value(KEYED_BLOCK),
+    r"(?i)(?=[acpst])"
+    + KEY_COLUMN
+    + _SECRET_KEY
+    + _ANNOTATION
+    + _assigned(3)
+    + _secret_value(KEYED_BLOCK),
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

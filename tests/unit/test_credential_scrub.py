@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.answers import scrubbed
+from proxy.cascade.redaction import REDACTED
 from proxy.config import ModelConfig, ProviderConfig
 from proxy.credentials import scrub_bytes, scrub_text, secrets_of
 from proxy.errors import UpstreamBadResponse
@@ -105,6 +107,24 @@ async def test_a_key_a_provider_wrote_with_json_escapes_is_scrubbed_as_parsed() 
     mock = httpx.MockTransport(lambda _: httpx.Response(400, content=other))
     plain = await _call(_upstream(mock), _KEYLESS, {"authorization": f"Bearer {CLIENT}"})
     assert plain.content == other
+
+
+def test_escapes_are_read_for_the_key_in_every_member_and_only_there() -> None:
+    """A key an escape spells in a member a later duplicate hides from ``json`` still goes
+    (a first-wins parser reads it); a body no escape spells a key in goes byte for byte,
+    even where writing it again would spell a digits-only password in a number (``1e6``)."""
+    bearer = httpx.Request("POST", "https://p/", headers={"authorization": f"Bearer {CLIENT}"})
+    hidden = CLIENT.replace("-", "\\u002d")
+    dup = ('{"error": {"message": "' + hidden + '"}, "error": {"message": "caf\\u00e9"}}').encode()
+    assert b"u002d" not in scrubbed(401, dup, bearer), scrubbed(401, dup, bearer)
+    pair = base64.b64encode(b"user:1000000").decode()
+    basic = httpx.Request("POST", "https://p/", headers={"authorization": f"Basic {pair}"})
+    number = b'{"error": {"message": "caf\\u00e9", "retry": 1e6}}'
+    assert scrubbed(400, number, basic) == number
+    astral = base64.b64encode("user:hunter\U0001f600x".encode()).decode()
+    emoji = httpx.Request("POST", "https://p/", headers={"authorization": f"Basic {astral}"})
+    pairs = b'{"error": {"message": "\\u0068unter\\ud83d\\ude00x"}}'  # a surrogate pair
+    assert json.loads(scrubbed(401, pairs, emoji))["error"]["message"] == REDACTED
 
 
 async def test_a_success_is_relayed_as_it_came() -> None:

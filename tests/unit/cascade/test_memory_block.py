@@ -264,3 +264,13 @@ def test_a_block_resent_as_the_user_message_a_model_without_system_messages_got_
     assert assemble(step, answers={"memory": None}).messages == (user("hi"),)
     mine = _step(user(old + "\n\nand my question"), user("hi"))  # more than the block
     assert assemble(mine, answers={"memory": None}).messages == mine.window
+
+
+def test_many_resent_user_blocks_go_at_once() -> None:
+    """Leading user messages that are each the block go in one step, however many: a call
+    for each ran past Python's recursion limit (the request failed) at about a thousand."""
+    old, new = render_memory(["The port is 8443"]), render_memory(["The port is 9000"])
+    assert old is not None and new is not None
+    step = _step(*([user(old)] * 1200), user("hi"))
+    out = assemble(step, answers={"memory": new})
+    assert out.messages == ({"role": "system", "content": new}, user("hi"))

@@ -112,6 +112,10 @@ def test_unterminated_pem_block_is_redacted() -> None:
         # a key after a colon that is no ARN's resource type (PowerShell's environment)
         ('$env:SECRET = "hunter2x"', f'$env:SECRET = "{REDACTED}"'),
         ("$Env:Token=hunter2x", f"$Env:Token={REDACTED}"),
+        # an annotated assignment: the builtin type is no value, the literal after it is
+        ('password: str = "hunter2x"', f'password: str = "{REDACTED}"'),
+        ('const apiToken?: string = "hunter2x";', f'const apiToken?: string = "{REDACTED}";'),
+        ('val token: String? = "hunter2x"', f'val token: String? = "{REDACTED}"'),
     ],
 )
 def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str) -> None:

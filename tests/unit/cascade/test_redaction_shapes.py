@@ -317,6 +317,15 @@ def test_values_first_whose_blocks_hold_each_other_cost_linear_time() -> None:
     assert redact(kept, _PATTERNS) == (kept.replace("hunter2\n    two", REDACTED), 1)
 
 
+def test_a_value_first_block_is_read_to_the_64_lines_the_readme_names() -> None:
+    """A block of a value given before its name is redacted up to 64 lines, and one longer
+    is left whole (README, Redaction), not one line more or less."""
+    for lines, count in ((64, 1), (65, 0)):
+        block = "".join(f"    L{i:03d}x\n" for i in range(lines))
+        text = "- value: |\n" + block + "  name: DB_PASSWORD\n"
+        assert redact(text, _PATTERNS)[1] == count, lines
+
+
 def test_a_secret_in_a_blocks_indicator_comment_is_redacted_at_once() -> None:
     """A key and value in the comment after a block's indicator (``password: |  # old
     password: hunter2``) are redacted with the block's lines, at the first pass."""
