@@ -8,7 +8,6 @@ else. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 __all__ = ["redact_dsn"]
 
@@ -72,21 +71,17 @@ def redact_dsn(text: str, dsn: str | None = None) -> str:
 
 
 def _pieces(dsn: str) -> set[str]:
-    """The runs (``_PIECE``) of each password ``redact_dsn`` masks in ``dsn``."""
+    """The runs (``_PIECE``) of each password ``redact_dsn`` masks in ``dsn``: the value of
+    each of its patterns' matches, after the group before it."""
     found: set[str] = set()
-
-    def keep(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
-        def each(match: re.Match[str]) -> str:
-            found.update(_PIECE.findall(match.group()[len(match.group(1)) :]))
-            return match.group()
-
-        return each
-
-    def runs(pattern: re.Pattern[str]) -> Callable[[re.Match[str]], str]:
-        return lambda run: pattern.sub(keep(pattern), run.group())
-
-    dsn = _PARAM_PASSWORD.sub(r"\1***", _PARAM_PASSWORD.sub(keep(_PARAM_PASSWORD), dsn))
-    _TO_LAST_AT.sub(runs(_URL_PASSWORD), dsn)
-    _SPACED_PASSWORD.sub(keep(_SPACED_PASSWORD), dsn)
-    _TO_LAST_AT.sub(runs(_BARE_USERINFO), dsn)
+    params = list(_PARAM_PASSWORD.finditer(dsn))
+    dsn = _PARAM_PASSWORD.sub(r"\1***", dsn)
+    runs = [run.group() for run in _TO_LAST_AT.finditer(dsn)]
+    for match in [
+        *params,
+        *(m for run in runs for m in _URL_PASSWORD.finditer(run)),
+        *_SPACED_PASSWORD.finditer(dsn),
+        *(m for run in runs for m in _BARE_USERINFO.finditer(run)),
+    ]:
+        found.update(_PIECE.findall(match.group()[len(match.group(1)) :]))
     return found - {"***"}
