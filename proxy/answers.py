@@ -13,7 +13,13 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.credentials import MIN_SECRET_CHARS, scrub_bytes, scrub_text, secrets_of
+from proxy.credentials import (
+    CREDENTIAL_WORDS,
+    MIN_SECRET_CHARS,
+    scrub_bytes,
+    scrub_text,
+    secrets_of,
+)
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import dumps, loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
@@ -165,7 +171,7 @@ def sent_authorization(request: httpx.Request | None) -> str | None:
 
 
 # ``code`` whole: Azure Functions' function key; a name holding it (``country_code``) is none
-_CREDENTIAL_PARAM = re.compile(r"key|token|secret|sig|auth|pass|cred|^code$", re.IGNORECASE)
+_CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
 
 
 def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:

@@ -23,9 +23,14 @@ from collections.abc import Iterable
 
 from proxy.cascade.redaction import REDACTED
 
-__all__ = ["MIN_SECRET_CHARS", "scrub_bytes", "scrub_text", "secrets_of"]
+__all__ = ["CREDENTIAL_WORDS", "MIN_SECRET_CHARS", "scrub_bytes", "scrub_text", "secrets_of"]
 
 MIN_SECRET_CHARS = 6
+CREDENTIAL_WORDS = "key|token|secret|sig|auth|pass|cred"
+"""The words (a regular expression's alternatives) a query parameter's name holds when it
+holds a credential (``key``, ``api_key``, ``access_token``, ``sig``): what a call sent as one
+(``answers.sent_secrets``) and what a log line masks (``logs.masked``). Azure Functions'
+``code`` is one only whole (``country_code`` is none); each reader adds it so."""
 _REDACTED_BYTES = REDACTED.encode()
 _SCHEMES = frozenset({"bearer", "basic"})
 

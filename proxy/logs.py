@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from proxy import requestlog
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.credentials import CREDENTIAL_WORDS
 from proxy.store.dsn import redact_dsn
 
 __all__ = [
@@ -219,11 +220,11 @@ def without_credentials(text: str) -> str:
     return redact_dsn(_USERINFO.sub("//", text))
 
 
-# A URL's query parameter whose name says it holds a credential (``key``, ``api_key``,
-# ``access_token``, ``sig``, Azure Functions' ``code``), as ``proxy.answers`` reads what a
-# call sent: an httpx error names the URL it called, a gateway's key in its query included.
+# A URL's query parameter whose name says it holds a credential (``CREDENTIAL_WORDS``, or
+# Azure Functions' ``code`` whole), as ``proxy.answers`` reads what a call sent: an httpx
+# error names the URL it called, a gateway's key in its query included.
 _QUERY_CREDENTIAL = re.compile(
-    r"([?&](?:[\w.%\-]{0,64}?(?:key|token|secret|sig|auth|pass|cred)[\w.%\-]{0,64}|code)=)"
+    rf"([?&](?:[\w.%\-]{{0,64}}?(?:{CREDENTIAL_WORDS})[\w.%\-]{{0,64}}|code)=)"
     r"[^&\s#\"'<>\\]{1,4096}",
     re.IGNORECASE,
 )
