@@ -16,16 +16,15 @@ provider refused (the console does).
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 from proxy.answers import sent_secrets
 from proxy.config import ProviderConfig
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
+from proxy.upstream import basic_auth
 
 if TYPE_CHECKING:
     import httpx
@@ -68,19 +67,9 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
     if not sent:
         # the client sent none, or sent a proxy key, which never leaves (``auth.keys``)
         return "no key: none is set for it (apiKeyEnv), and the call carried none of the client's"
-    if sent == _url_basic(provider.base_url):
+    if sent == basic_auth(provider.base_url):
         return "the user and password in its baseUrl"
     return "the key the client sent, which the proxy forwards"
-
-
-def _url_basic(base_url: str) -> str | None:
-    """The Basic header ``Upstream`` builds from ``base_url``'s user and password (as httpx
-    does), which it sends only on a call without a client's ``Authorization``."""
-    u = urlsplit(base_url)
-    if u.username is None and u.password is None:
-        return None
-    pair = f"{unquote(u.username or '')}:{unquote(u.password or '')}".encode()
-    return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
 def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:

@@ -51,6 +51,7 @@ from proxy.transport import STREAM_EXTENSION, TLS_EXTENSION, TlsSettings, build_
 
 __all__ = [
     "Upstream",
+    "basic_auth",
     "Answer",
     "StreamAnswer",
     "DECODED_ENCODINGS",
@@ -104,6 +105,13 @@ def _target(base_url: str) -> _Target:
     basic = httpx.BasicAuth(unquote(u.username or ""), unquote(u.password or ""))
     request = next(basic.auth_flow(httpx.Request("GET", "http://x/")))
     return _Target(clean, request.headers["authorization"])
+
+
+def basic_auth(base_url: str) -> str | None:
+    """The Basic header a call to ``base_url`` carries for its ``user:password`` when the
+    client sent no ``Authorization`` of its own (None without them): what a refusal names
+    as that URL's credential (``provider_refusal``). Raises as ``_target`` does."""
+    return _target(base_url).auth
 
 
 def _redirect_target(resp: httpx.Response) -> str:
