@@ -1,27 +1,33 @@
-"""A provider's 401, relayed as an OpenAI-shaped 401 that names the provider.
+"""A provider's 401 or 403, relayed as an OpenAI-shaped error of that status that names the
+provider and whose credential the call carried.
 
 A provider's error answer goes back to the client as it came (less the credential the call
-sent), but for a 401. The key it refused may be the proxy's own for that provider
+sent), but for a 401 or a 403. The key it refused may be the proxy's own for that provider
 (``apiKeyEnv``), which the client never sent and cannot fix, or the client's token, which the
-proxy forwards; and what the provider answers may be no OpenAI error at all (a gateway's
-empty body, an HTML page, ``{"detail": …}``), which an SDK or a console reads as a garbled
-message. So the proxy answers ``{"error": {message, type, param, code}}``: the provider's
-type, code and param when it sent an OpenAI error (its message quoted, scrubbed), else
-OpenAI's own for a refused key (``invalid_request_error``, ``invalid_api_key``), with a
-message that names the provider and whose key it refused. It carries no
-``WWW-Authenticate``: that header on a 401 is the proxy's own challenge, for the proxy key
-(``auth.ProxyAuth``), so a client tells a refused proxy key (sign in again) from a key the
-provider refused (the console does).
+proxy forwards, or both (a client's ``?api-key=`` beside the proxy's key); and what the
+provider answers may be no OpenAI error at all (a gateway's empty body, a firewall's HTML
+page, Azure's ``{"statusCode": 403, "message": …}``, ``{"detail": …}``), which an SDK or a
+console reads as a garbled message (the SDK quotes a whole HTML page as its message). So
+the proxy answers ``{"error": {message, type, param, code}}``: the provider's type, code and
+param when it sent an OpenAI error (its message quoted, scrubbed), else OpenAI's own for the
+status (a 401's ``invalid_request_error``, ``invalid_api_key``; a 403's
+``request_forbidden``, ``provider_forbidden``), with a message that names the provider and
+whose key went. The status stays, so the SDK still raises ``AuthenticationError`` or
+``PermissionDeniedError``. It carries no ``WWW-Authenticate``: that header on a 401 is the
+proxy's own challenge, for the proxy key (``auth.ProxyAuth``), so a client tells a refused
+proxy key (sign in again) from a key the provider refused (the console does).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from proxy.answers import sent_secrets
+from proxy.answers import sent_authorization, sent_secrets
 from proxy.config import ProviderConfig
+from proxy.credentials import secrets_of
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
 from proxy.upstream import basic_auth
@@ -36,54 +42,94 @@ __all__ = ["relayed"]
 _QUOTED = 300
 """The most characters of the provider's own words the message quotes."""
 
+_DEFAULTS = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("request_forbidden", "provider_forbidden"),
+}
+"""The statuses rewritten, each with the type and code its error has when the provider's
+answer names none."""
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+
 
 def relayed(
     provider: ProviderConfig, answer: Answer | StreamAnswer, body: bytes, headers: dict[str, str]
 ) -> tuple[bytes, dict[str, str]]:
     """The body and headers the client gets for a provider's error ``answer`` (``body``
     already scrubbed of the credential sent): as they came, but for a 401 (module doc)."""
-    if answer.status_code != 401:
+    status = answer.status_code
+    if status not in _DEFAULTS:
         return body, headers
     error = _error(body, answer.scrub)
-    message = f"{provider_name(provider)} answered 401 to {_whose(provider, answer.request)}"
-    message += f": {_said(error, body)}"
+    whose = _whose(provider, answer.request)
+    message = f"{provider_name(provider)} answered {status} to {whose}"
+    message += f": {_said(error, body, answer.scrub)}"
+    kind, code = _DEFAULTS[status]
     out = {
         "message": message,
-        "type": _text(error, "type") or "invalid_request_error",
+        "type": _text(error, "type") or kind,
         "param": _text(error, "param"),
-        "code": _text(error, "code") or "invalid_api_key",
+        "code": _text(error, "code") or code,
     }
     kept = {k: v for k, v in headers.items() if k != "content-type"}
     return dumps({"error": out}), {**kept, "content-type": "application/json"}
 
 
 def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
-    """Whose credential the call carried, by where ``Upstream`` takes it from."""
+    """Whose credentials the call carried, by where ``Upstream`` takes each from: its
+    ``Authorization`` and a key-named query parameter (``?key=``, Azure's ``?api-key=``),
+    which the client's query brings beside whichever header went, so both are named."""
+    header = _header_whose(provider, request)
+    in_query = bool(_query_secrets(request))
+    if header is None:
+        if in_query:
+            return "the key the client sent in the query, which the proxy forwards"
+        # the client sent none, or sent a proxy key, which never leaves (``auth.keys``)
+        return "no key: none is set for it (apiKeyEnv), and the call carried none of the client's"
+    if in_query:
+        return f"{header}, and the key the client sent in the query (either may be the one refused)"
+    return header
+
+
+def _header_whose(provider: ProviderConfig, request: httpx.Request | None) -> str | None:
+    """Whose credential the call's ``Authorization`` was, or None when it had none."""
     if provider.own_key(os.environ):
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
-    if not sent and sent_secrets(request):  # a key-named parameter (``?key=``) went
-        return "the key the client sent in the query, which the proxy forwards"
     if not sent:
-        # the client sent none, or sent a proxy key, which never leaves (``auth.keys``)
-        return "no key: none is set for it (apiKeyEnv), and the call carried none of the client's"
+        return None
     if sent == basic_auth(provider.base_url):
         return "the user and password in its baseUrl"
     return "the key the client sent, which the proxy forwards"
 
 
+def _query_secrets(request: httpx.Request | None) -> tuple[str, ...]:
+    """The credentials the call's query carried (``sent_secrets`` less its header's)."""
+    header = set(secrets_of(sent_authorization(request)))
+    return tuple(s for s in sent_secrets(request) if s not in header)
+
+
 def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
     """The body's OpenAI error object, if it is one: its text fields as parsed, scrubbed
     again, since a JSON writer may escape any character of the key (``\\u002B``), which the
-    bytes' scrub then misses and parsing spells out."""
+    bytes' scrub then misses and parsing spells out. A gateway's own error shape gives its
+    words as the message: ``{"error": "…"}``, Azure API Management's ``{"statusCode": 403,
+    "message": "…"}``, FastAPI's ``{"detail": "…"}``."""
     try:
         data = loads_json(body)
     except (ValueError, RecursionError):
         return None
-    error = data.get("error") if isinstance(data, dict) else None
-    if not isinstance(error, dict):
+    if not isinstance(data, dict):
         return None
+    error = data.get("error")
+    if not isinstance(error, dict):
+        said = next((v for k in _SAID if isinstance(v := data.get(k), str) and v.strip()), None)
+        return {"message": scrub(said)} if said is not None else None
     return {k: scrub(v) for k, v in error.items() if isinstance(v, str)}
+
+
+_SAID = ("error", "message", "detail")
+"""The keys whose text a gateway's non-OpenAI error says what went wrong in."""
 
 
 def _text(error: dict[str, str] | None, key: str) -> str | None:
@@ -91,14 +137,18 @@ def _text(error: dict[str, str] | None, key: str) -> str | None:
     return value[:_QUOTED] if value else None
 
 
-def _said(error: dict[str, str] | None, body: bytes) -> str:
+def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]) -> str:
     """The provider's own words: its error's message, else its body's text when short plain
-    text (no page of markup), else what the body was."""
+    text (no page of markup: a firewall's page may hold the proxy's address, and an SDK would
+    quote all of it), else what the body was, an HTML page by its title (``Attention
+    Required! | Cloudflare`` says who refused)."""
     if (message := _text(error, "message")) is not None:
         return message
     text = " ".join(body.decode("utf-8", "replace").split())
     if not text:
         return "no body"
     if text.startswith("<"):
-        return "an HTML page, no OpenAI error"
+        title = _TITLE.search(text)
+        named = " ".join(title[1].split())[:_QUOTED] if title is not None else ""
+        return f"an HTML page titled {scrub(named)!r}" if named else "an HTML page"
     return text if len(text) <= _QUOTED else text[: _QUOTED - 1] + "…"

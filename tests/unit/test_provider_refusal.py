@@ -6,8 +6,10 @@ went."""
 from __future__ import annotations
 
 import base64
+import json
 
 import httpx
+import pytest
 
 from proxy.answers import Answer
 from proxy.config import ProviderConfig
@@ -75,3 +77,99 @@ def test_a_key_the_client_sent_in_the_query_is_named_as_its_key() -> None:
     body = relayed(_PLAIN, answer, answer.content, {})[0].decode()
     assert "the key the client sent in the query" in body and "no key" not in body, body
     assert "AIza0123456789" not in body
+
+
+def _refusal(
+    status: int, body: bytes, url: str, authorization: str | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    request = httpx.Request("POST", url)
+    if authorization is not None:
+        request.headers["authorization"] = authorization
+    answer = Answer(status, httpx.Headers({"content-type": "text/html"}), body, request)
+    out, headers = relayed(_PLAIN, answer, answer.content, {"content-type": "text/html"})
+    assert headers["content-type"] == "application/json"
+    error = json.loads(out)["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    return error, headers
+
+
+_CLOUDFLARE = b"""<!DOCTYPE html><html><head><title>Attention Required! | Cloudflare</title>
+</head><body><h1>Sorry, you have been blocked</h1><span>Your IP: 203.0.113.9</span>
+<span>Cloudflare Ray ID: 8a1b2c3d4e5f</span></body></html>"""
+FORBIDDEN = {  # what a provider, Azure or a firewall in front of one answers 403 with
+    "cloudflare": (_CLOUDFLARE, "an HTML page titled 'Attention Required! | Cloudflare'"),
+    "azure": (
+        b'{"error": {"code": "PermissionDenied", "message": "Principal does not have access '
+        b'to API/Operation."}}',
+        "Principal does not have access to API/Operation.",
+    ),
+    "apim": (
+        b'{"statusCode": 403, "message": "Out of call volume quota."}',
+        "Out of call volume quota.",
+    ),
+    "empty": (b"", "no body"),
+}
+
+
+@pytest.mark.parametrize("case", list(FORBIDDEN))
+def test_a_403_is_openai_shaped_and_quotes_no_page(case: str) -> None:
+    """An SDK quotes a 403's whole body as its message when it is not JSON: a firewall's
+    page, the proxy's address in it, reached every client. The status stays 403."""
+    body, said = FORBIDDEN[case]
+    error, _ = _refusal(403, body, "http://llm.test/v1/chat/completions", f"Bearer {KEY}")
+    assert error["message"].startswith("the provider 'llm' at http://llm.test answered 403 to ")
+    assert error["message"].endswith(f": {said}"), error
+    assert "203.0.113.9" not in error["message"] and "<" not in error["message"]
+    code = "PermissionDenied" if case == "azure" else "provider_forbidden"
+    assert (error["type"], error["code"]) == ("request_forbidden", code)
+
+
+def test_an_html_title_is_scrubbed_of_the_key_sent() -> None:
+    page = b"<html><title>Key %s refused</title></html>" % KEY.encode()
+    error, _ = _refusal(403, page, "http://llm.test/v1/chat/completions", f"Bearer {KEY}")
+    assert KEY not in error["message"] and "Key [REDACTED] refused" in error["message"]
+
+
+def test_other_statuses_pass_as_they_came() -> None:
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    answer = Answer(404, httpx.Headers(), b"<html>nope</html>", request)
+    assert relayed(_PLAIN, answer, answer.content, {}) == (b"<html>nope</html>", {})
+
+
+_Q = "http://llm.test/v1/chat/completions?api-version=2024-06-01&api-key=azure0123456789"
+WHOSE = {  # (apiKeyEnv set, Authorization sent, URL) -> every credential the call carried
+    "own key alone": (True, None, "http://llm.test/v1/chat/completions", ["proxy's own key"]),
+    "own key and a query key": (True, None, _Q, ["proxy's own key", "in the query"]),
+    "client bearer and a query key": (False, f"Bearer {KEY}", _Q, ["the key the client sent,"]),
+    "query key alone (a proxy key held back)": (False, None, _Q, ["the key the client sent in"]),
+    "nothing": (False, None, "http://llm.test/v1/chat/completions", ["no key"]),
+}
+
+
+@pytest.mark.parametrize("case", list(WHOSE))
+def test_a_refusal_names_every_credential_the_call_carried(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client's ``?api-key=`` (Azure's) goes upstream beside the ``Authorization`` the
+    proxy sends (its own key's, the client's bearer): the message named the header's alone,
+    the proxy's key, where the provider may have refused the client's."""
+    own, authorization, url, named = WHOSE[case]
+    provider = _PLAIN
+    if own:
+        monkeypatch.setenv("CASCADE_TEST_REFUSAL_KEY", "sk-own-0123456789")
+        provider = ProviderConfig(
+            base_url="http://llm.test/v1", name="llm", api_key_env="CASCADE_TEST_REFUSAL_KEY"
+        )
+        authorization = "Bearer sk-own-0123456789"
+    for status in (401, 403):
+        request = httpx.Request("POST", url)
+        if authorization is not None:
+            request.headers["authorization"] = authorization
+        answer = Answer(status, httpx.Headers(), b"", request)
+        message = json.loads(relayed(provider, answer, b"", {})[0])["error"]["message"]
+        whose = message.split(f"answered {status} to ", 1)[1]
+        for words in named:
+            assert words in whose, (case, message)
+        assert ("in the query" in whose) == ("api-key" in url), (case, message)
+        assert ("proxy's own" in whose) == own, (case, message)
+        assert "azure0123456789" not in message and "sk-own" not in message

@@ -34,7 +34,7 @@ BODIES = {  # what a provider or a gateway in front of it answers 401 with, no c
         raw("<html><body>401 Authorization Required</body></html>", status=401, headers=_HTML),
         "an HTML page",
     ),
-    "detail": (error(401, {"detail": "Invalid token"}), '{"detail": "Invalid token"}'),
+    "detail": (error(401, {"detail": "Invalid token"}), ": Invalid token"),
 }
 
 
