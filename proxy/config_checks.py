@@ -303,7 +303,8 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     provider without credentials (it is called in the background, never with a client's
     token). A variable of only blanks (an empty secrets file's newline) is no key, as the
     gate and the provider calls read it (stripped): it is said to be blank. And a model
-    prefix or agent named ``default`` in another case, which is not the fallback."""
+    prefix or agent named ``default`` in another case, which is not the fallback, and a
+    ``models`` entry that leaves out what ``models.default`` sets (``_not_inherited``)."""
     out = [
         f"{block}: {name!r} is not the fallback default (names are matched case by case): "
         f"it is the {what} {name} only"
@@ -314,6 +315,7 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
         for name in names
         if name.lower() == "default" != name
     ]
+    out += _not_inherited(cfg)
     out += [
         f"auth key of tenant {key.tenant!r}: ${key.key_env} is {state}, no request can use it"
         for key in cfg.auth.keys
@@ -341,6 +343,30 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
                 f"embedding provider {emb!r} is called without credentials (embedding runs "
                 f"in the background, with no client's token): {fix}"
             )
+    return out
+
+
+def _not_inherited(cfg: Config) -> list[str]:
+    """A ``models`` entry is the whole of its models' settings: what it leaves out is the
+    built-in default, not ``models.default``'s (README, Decisions). An entry that sets only
+    ``systemMessages`` beside a ``default`` of a larger window would shrink its models'
+    window to the built-in one unseen: each field ``default`` sets to other than the
+    built-in value and an entry leaves out is named, with the value the entry gets."""
+    fallback = cfg.models.get("default")
+    if fallback is None:
+        return []
+    builtin = type(fallback)()
+    out = []
+    for name, entry in cfg.models.items():
+        for field in sorted(fallback.model_fields_set - entry.model_fields_set):
+            wanted, got = getattr(fallback, field), getattr(builtin, field)
+            if name != "default" and wanted != got:
+                key = _alias(type(fallback), field)
+                out.append(
+                    f"models.{name}: sets no {key}, so its models get the built-in {got}, "
+                    f"not models.default's {wanted} (an entry does not inherit from default); "
+                    f"set {key} in it if that is not what you meant"
+                )
     return out
 
 

@@ -146,6 +146,29 @@ def test_no_warnings_for_the_defaults_or_the_shipped_file() -> None:
     assert config_warnings(load_config(SHIPPED, env={}), env={}) == []
 
 
+def test_a_models_entry_that_drops_what_default_sets_is_warned_of() -> None:
+    """An entry is the whole of its models' settings (README, Decisions): one that sets only
+    ``systemMessages`` beside a ``default`` of a larger window gets the built-in window, which
+    nothing said. What ``default`` sets to the built-in value, or an entry sets itself, is
+    no surprise."""
+    raw = {
+        "models": {
+            "default": {"contextLimit": 200000, "reservedOutput": 4096},
+            "o1-mini": {"systemMessages": False},
+            "gpt-4o": {"contextLimit": 128000, "reservedOutput": 8000},
+        }
+    }
+    cfg = parse_config(raw, env={})
+    assert cfg.model_limits("o1-mini-2024").context_limit == 128000  # not default's 200000
+    assert config_warnings(cfg, env={}) == [
+        "models.o1-mini: sets no contextLimit, so its models get the built-in 128000, not "
+        "models.default's 200000 (an entry does not inherit from default); set contextLimit "
+        "in it if that is not what you meant"
+    ]
+    same = {"models": {"default": {"contextLimit": 128000}, "o1": {"systemMessages": False}}}
+    assert config_warnings(parse_config(same, env={}), env={}) == []
+
+
 def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() -> None:
     raw = {
         "providers": {
