@@ -1,21 +1,28 @@
-"""A provider's 401 or 403, relayed as an OpenAI-shaped error of that status that names the
-provider and whose credential the call carried.
+"""A provider's 401 or 403, and an error of its whose body is no JSON, relayed as an
+OpenAI-shaped error of the same status that names the provider.
 
 A provider's error answer goes back to the client as it came (less the credential the call
-sent), but for a 401 or a 403. The key it refused may be the proxy's own for that provider
+sent), but for these. The key a 401 or 403 refused may be the proxy's own for that provider
 (``apiKeyEnv``), which the client never sent and cannot fix, or the client's token, which the
 proxy forwards, or both (a client's ``?api-key=`` beside the proxy's key); and what the
 provider answers may be no OpenAI error at all (a gateway's empty body, a firewall's HTML
 page, Azure's ``{"statusCode": 403, "message": …}``, ``{"detail": …}``), which an SDK or a
-console reads as a garbled message (the SDK quotes a whole HTML page as its message). So
-the proxy answers ``{"error": {message, type, param, code}}``: the provider's type, code and
+console reads as a garbled message: openai-python 1.x quotes a whole HTML page (the proxy's
+address in a firewall's) as its message, later releases say only ``Error code: 502``, which
+does not tell the provider's 502 from the proxy's own. So the proxy answers
+``{"error": {message, type, param, code}}``. For a 401 or 403: the provider's type, code and
 param when it sent an OpenAI error (its message quoted, scrubbed), else OpenAI's own for the
 status (a 401's ``invalid_request_error``, ``invalid_api_key``; a 403's
 ``request_forbidden``, ``provider_forbidden``), with a message that names the provider and
-whose key went. The status stays, so the SDK still raises ``AuthenticationError`` or
-``PermissionDeniedError``. It carries no ``WWW-Authenticate``: that header on a 401 is the
-proxy's own challenge, for the proxy key (``auth.ProxyAuth``), so a client tells a refused
-proxy key (sign in again) from a key the provider refused (the console does).
+whose key went. For any other error whose body does not parse as JSON (an empty body, a
+proxy's HTML 502, a plain-text 503): ``upstream_error`` with the status as its code, as a
+stream's in-band error has, and a message naming the provider and what the body was; a JSON
+body, OpenAI-shaped or not, passes as it came. The status and the headers relayed
+(``Retry-After`` …) stay, so the SDK raises and retries as it would have.
+
+A 401 carries no ``WWW-Authenticate``: that header on a 401 is the proxy's own challenge, for
+the proxy key (``auth.ProxyAuth``), so a client tells a refused proxy key (sign in again) from
+a key the provider refused (the console does).
 """
 
 from __future__ import annotations
@@ -55,24 +62,39 @@ _TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
 def relayed(
     provider: ProviderConfig, answer: Answer | StreamAnswer, body: bytes, headers: dict[str, str]
 ) -> tuple[bytes, dict[str, str]]:
-    """The body and headers the client gets for a provider's error ``answer`` (``body``
-    already scrubbed of the credential sent): as they came, but for a 401 (module doc)."""
+    """The body and headers the client gets for a provider's answer ``answer`` (``body``
+    already scrubbed of the credential sent): as they came, but for a 401 or 403, and an
+    error whose body is no JSON (module doc)."""
     status = answer.status_code
-    if status not in _DEFAULTS:
+    if status in _DEFAULTS:
+        error = _error(body, answer.scrub)
+        message = f"{provider_name(provider)} answered {status} to "
+        message += f"{_whose(provider, answer.request)}: {_said(error, body, answer.scrub)}"
+        kind, code = _DEFAULTS[status]
+        out = {
+            "message": message,
+            "type": _text(error, "type") or kind,
+            "param": _text(error, "param"),
+            "code": _text(error, "code") or code,
+        }
+    elif status >= 400 and not _is_json(body):
+        said = _said(None, body, answer.scrub)
+        message = f"{provider_name(provider)} answered {status} with no JSON error: {said}"
+        out = {"message": message, "type": "upstream_error", "param": None, "code": str(status)}
+    else:
         return body, headers
-    error = _error(body, answer.scrub)
-    whose = _whose(provider, answer.request)
-    message = f"{provider_name(provider)} answered {status} to {whose}"
-    message += f": {_said(error, body, answer.scrub)}"
-    kind, code = _DEFAULTS[status]
-    out = {
-        "message": message,
-        "type": _text(error, "type") or kind,
-        "param": _text(error, "param"),
-        "code": _text(error, "code") or code,
-    }
     kept = {k: v for k, v in headers.items() if k != "content-type"}
     return dumps({"error": out}), {**kept, "content-type": "application/json"}
+
+
+def _is_json(body: bytes) -> bool:
+    """Whether ``body`` parses as JSON; one nested past the parser's depth is JSON too (a
+    client's parser may read it, and it passes as it came)."""
+    try:
+        loads_json(body)
+    except ValueError as exc:
+        return isinstance(exc.__cause__, RecursionError)
+    return True
 
 
 def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:

@@ -130,10 +130,46 @@ def test_an_html_title_is_scrubbed_of_the_key_sent() -> None:
     assert KEY not in error["message"] and "Key [REDACTED] refused" in error["message"]
 
 
-def test_other_statuses_pass_as_they_came() -> None:
+def test_another_errors_json_passes_as_it_came_and_any_success() -> None:
     request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
-    answer = Answer(404, httpx.Headers(), b"<html>nope</html>", request)
-    assert relayed(_PLAIN, answer, answer.content, {}) == (b"<html>nope</html>", {})
+    deep = b"[" * 100_000 + b"]" * 100_000  # JSON past the parser's depth is JSON still
+    for status, body in ((404, b'{"detail": "x"}'), (500, deep), (200, b"<html>fine</html>")):
+        answer = Answer(status, httpx.Headers(), body, request)
+        assert relayed(_PLAIN, answer, body, {"retry-after": "3"}) == (body, {"retry-after": "3"})
+
+
+NOT_JSON = {  # what a gateway in front of a provider answers an error with
+    (502, b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"): (
+        "an HTML page titled '502 Bad Gateway'"
+    ),
+    (503, b"upstream connect error or disconnect/reset before headers"): (
+        "upstream connect error or disconnect/reset before headers"
+    ),
+    (408, b""): "no body",
+    (409, b"<html>Conflict</html>"): "an HTML page",
+}
+
+
+@pytest.mark.parametrize(("status", "body"), list(NOT_JSON))
+def test_an_error_whose_body_is_no_json_is_openai_shaped_and_keeps_its_status(
+    status: int, body: bytes
+) -> None:
+    """The SDK says only ``Error code: 502`` for an HTML 502 (1.x quoted the page whole),
+    which does not tell the provider's gateway from the proxy's own 502."""
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    answer = Answer(status, httpx.Headers({"content-type": "text/html"}), body, request)
+    headers = {"content-type": "text/html", "retry-after": "2"}
+    out, kept = relayed(_PLAIN, answer, body, headers)
+    assert kept == {"retry-after": "2", "content-type": "application/json"}
+    error = json.loads(out)["error"]
+    said = NOT_JSON[(status, body)]
+    assert error == {
+        "message": f"the provider 'llm' at http://llm.test answered {status} with no JSON "
+        f"error: {said}",
+        "type": "upstream_error",
+        "param": None,
+        "code": str(status),
+    }
 
 
 _Q = "http://llm.test/v1/chat/completions?api-version=2024-06-01&api-key=azure0123456789"
