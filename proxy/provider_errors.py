@@ -219,20 +219,33 @@ def _origin(url: str) -> str:
     return f"{u.scheme}://{u.hostname}" + (f":{port}" if port else "")
 
 
-def log_relayed(provider: ProviderConfig, status: int, how: str = "relayed to the client") -> None:
-    """One line for a provider's own error answer, which the proxy relays as it came: who
-    answered and with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own
-    errors). Never its body, which may quote the request. A 401 or 403 to the proxy's own
-    key (``apiKeyEnv``) is at WARNING and names the variable: every tenant's request fails
-    so until the operator fixes it, while the clients, whose keys are fine, cannot."""
+def log_relayed(
+    provider: ProviderConfig,
+    status: int,
+    how: str = "relayed to the client",
+    *,
+    query_key: bool = False,
+) -> None:
+    """One line for a provider's own error answer, which the proxy relays: who answered and
+    with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own errors). Never its
+    body, which may quote the request. A 401 or 403 to the proxy's own key (``apiKeyEnv``)
+    is at WARNING and names the variable: every tenant's request fails so until the
+    operator fixes it, while the clients, whose keys are fine, cannot. ``query_key``: the
+    call carried a client's key in its query too (``?api-key=``), which may be the one
+    refused, and the line says so."""
     variable = provider.api_key_env
     if status in (401, 403) and provider.own_key(os.environ):
+        also, whose = "", "that variable's key"
+        if query_key:
+            also, whose = " and a key the client sent in the query", f"{whose}, or the client's"
         log.warning(
-            "%s answered %d to the proxy's key in $%s; %s (check that variable's key)",
+            "%s answered %d to the proxy's key in $%s%s; %s (check %s)",
             provider_name(provider),
             status,
             variable,
+            also,
             how,
+            whose,
         )
         return
     level = logging.WARNING if status >= 500 else logging.INFO

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from proxy.answers import Answer, StreamAnswer
 
-__all__ = ["relayed"]
+__all__ = ["query_key_sent", "relayed"]
 
 _QUOTED = 300
 """The most characters of the provider's own words the message quotes."""
@@ -102,7 +102,7 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
     ``Authorization`` and a key-named query parameter (``?key=``, Azure's ``?api-key=``),
     which the client's query brings beside whichever header went, so both are named."""
     header = _header_whose(provider, request)
-    in_query = bool(_query_secrets(request))
+    in_query = query_key_sent(request)
     if header is None:
         if in_query:
             return "the key the client sent in the query, which the proxy forwards"
@@ -123,6 +123,11 @@ def _header_whose(provider: ProviderConfig, request: httpx.Request | None) -> st
     if sent == basic_auth(provider.base_url):
         return "the user and password in its baseUrl"
     return "the key the client sent, which the proxy forwards"
+
+
+def query_key_sent(request: httpx.Request | None) -> bool:
+    """Whether the call carried a credential in its query (a client's ``?api-key=``)."""
+    return bool(_query_secrets(request))
 
 
 def _query_secrets(request: httpx.Request | None) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from proxy.cascade.types import Message
 from proxy.jsonio import dumps
 from proxy.observe import note_answer
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
-from proxy.provider_refusal import relayed
+from proxy.provider_refusal import query_key_sent, relayed
 from proxy.services import deltas
 from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.internal_rounds import (
@@ -148,7 +148,8 @@ class Forwarder:
                     max_bytes=answers.MAX_ANSWER_BYTES,
                 )
                 if resp.status_code >= 400:
-                    log_relayed(step.route.provider, resp.status_code)
+                    sent = query_key_sent(resp.request)
+                    log_relayed(step.route.provider, resp.status_code, query_key=sent)
                     await turn.abort(learned(step, resp.status_code, resp.content, messages))
                     body, headers = relayed(
                         step.route.provider, resp, resp.content, response_headers(resp)
@@ -198,7 +199,8 @@ class Forwarder:
                 resp = send.result()
                 if resp.status_code >= 400:
                     refused = await read_refusal(resp, step.route.provider)
-                    log_relayed(step.route.provider, resp.status_code)
+                    sent = query_key_sent(resp.request)
+                    log_relayed(step.route.provider, resp.status_code, query_key=sent)
                 headers = response_headers(resp)
             else:
                 headers = {"content-type": "text/event-stream"}
@@ -259,7 +261,8 @@ class Forwarder:
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
                     calibration = learned(step, refusal.status_code, refusal.body, messages)
-                    refuse(step.route.provider, refusal, opened=client.opened)
+                    sent = query_key_sent(resp.request)
+                    refuse(step.route.provider, refusal, opened=client.opened, query_key=sent)
                 if error is not None:
                     yield client.emit(error)
                     yield sse.DONE

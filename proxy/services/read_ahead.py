@@ -37,11 +37,15 @@ async def after_first(
         await rest.aclose()
 
 
-def refuse(provider: ProviderConfig, refusal: Response, *, opened: bool) -> None:
+def refuse(
+    provider: ProviderConfig, refusal: Response, *, opened: bool, query_key: bool = False
+) -> None:
     """A later round's provider error: in-band once the stream has sent a byte, else raised
-    as ``Refused``, to be the response as a non-streamed request's error is."""
+    as ``Refused``, to be the response as a non-streamed request's error is (``query_key``:
+    the call carried a client's key in its query, ``log_relayed``)."""
     if opened:
-        log_relayed(provider, refusal.status_code, "relayed as an error event")
+        how = "relayed as an error event"
+        log_relayed(provider, refusal.status_code, how, query_key=query_key)
         return
-    log_relayed(provider, refusal.status_code)
+    log_relayed(provider, refusal.status_code, query_key=query_key)
     raise Refused(refusal)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.fakes.replies import error, raw
 from tests.fakes.upstream import CHAT, MODELS, FakeUpstream
-from tests.integration.api.conftest import StartProxy, write_config
+from tests.integration.api.conftest import Records, StartProxy, write_config
 
 _CHAT = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
 _PAGE = (
@@ -58,9 +58,11 @@ def test_a_401_to_a_query_key_beside_the_proxys_names_whose_went(
     fake_upstream: FakeUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    records: Records,
 ) -> None:
     """Proxy keys; the client's Azure-style ``?api-key=`` goes upstream, the proxy key in its
-    ``Authorization`` stays back. With ``apiKeyEnv`` the message named that key alone."""
+    ``Authorization`` stays back. With ``apiKeyEnv`` the message, and the operator's log
+    line, named that key alone."""
     monkeypatch.setenv("CASCADE_TEST_403_PROXY_KEY", PROXY_KEY)
     provider: dict[str, object] = {"baseUrl": fake_upstream.url, "timeoutSeconds": 10}
     if own:
@@ -86,3 +88,8 @@ def test_a_401_to_a_query_key_beside_the_proxys_names_whose_went(
     assert whose.endswith(": Access denied."), whose
     for secret in (PROXY_KEY, OWN_KEY, QUERY_KEY):
         assert secret not in raised.value.response.text
+    lines = [r.getMessage() for r in records.records if "answered 401" in r.getMessage()]
+    assert len(lines) == 1, lines
+    if own:
+        assert "$CASCADE_TEST_403_OWN_KEY and a key the client sent in the query" in lines[0]
+        assert lines[0].endswith("(check that variable's key, or the client's)"), lines
