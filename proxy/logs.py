@@ -282,11 +282,17 @@ def _patterns() -> tuple[re.Pattern[str], ...]:
 def causes(exc: BaseException, depth: int = 3) -> str:
     """`` (cause: Type: message <- Type: message)``, what a traceback would show as the causes
     of ``exc`` (``raise … from``, else the exception being handled), or ``""``, each
-    ``without_credentials``."""
+    ``without_credentials``. A cause whose words the line already holds (a wrapper quotes
+    its cause's message, or its repr, ``<Type: …>``: aiohttp's and httpx's do) is named by
+    its type alone, so the line says each cause once."""
     found: list[str] = []
+    said = ""
     cause = _cause(exc)
     while cause is not None and len(found) < depth:
-        found.append(without_credentials(f"{type(cause).__name__}: {cause}"))
+        name, words = type(cause).__name__, str(cause)
+        quoted = f"<{name}:" in said or (bool(words.strip()) and words in said)
+        found.append(name if quoted else without_credentials(f"{name}: {words}"))
+        said += f" {words}"
         cause = _cause(cause)
     return f" (cause: {' <- '.join(found)})" if found else ""
 

@@ -65,10 +65,12 @@ def mapped_errors(
         if answered is not None and not (
             isinstance(exc, httpx.TimeoutException) and _timed_out(exc)
         ):
-            where, name = provider_name(provider), type(exc).__name__
+            where, name, why = provider_name(provider), type(exc).__name__, _cause(exc)
+            if why == _FAILED:  # no reset, no OS error: the provider closed before the end
+                why = "the connection closed before the body's end"
             raise UpstreamBadResponse(
-                f"{where} answered {answered}, then its body broke off ({name}: "
-                f"{_cause(exc)}); retry the request"
+                f"{where} answered {answered}, then its body broke off ({name}: {why}); "
+                "retry the request"
             ) from exc
         via = _proxy(proxy_for, provider.base_url)
         # httpx-aiohttp wraps every connection failure in a ConnectTimeout: the log's causes
@@ -198,7 +200,10 @@ def _cause(exc: BaseException) -> str:
             return e.strerror
     if isinstance(exc, httpx.ProxyError | httpx.RemoteProtocolError):
         return str(exc).split("://")[0][:200]  # the proxy's or provider's words, not a URL
-    return "the connection failed"
+    return _FAILED
+
+
+_FAILED = "the connection failed"
 
 
 def provider_name(provider: ProviderConfig) -> str:

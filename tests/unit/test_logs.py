@@ -106,6 +106,38 @@ def test_causes_follow_the_chain_and_cut_credentials_out_of_urls() -> None:
     assert causes(ValueError("alone")) == ""
 
 
+class _Wrapped(Exception):
+    """As aiohttp's TransferEncodingError prints: not the words its wrapper quotes."""
+
+    def __str__(self) -> str:
+        return "400, message:\n  Not enough data to satisfy transfer length header."
+
+    def __repr__(self) -> str:
+        return "<_Wrapped: 400, message='Not enough data to satisfy transfer length header.'>"
+
+
+def test_a_cause_its_wrapper_quotes_is_named_once() -> None:
+    """httpx-aiohttp's ReadError quotes aiohttp's ClientPayloadError, which quotes the
+    TransferEncodingError's repr: the line said the same words three times."""
+    inner = _Wrapped()
+    said = f"Response payload is not completed: {inner!r}"
+    try:
+        try:
+            try:
+                raise inner
+            except _Wrapped as e:
+                raise ConnectionError(said) from e
+        except ConnectionError as e:
+            raise OSError(said) from e
+    except OSError as e:
+        try:
+            raise RuntimeError("502") from e
+        except RuntimeError as exc:
+            text = causes(exc)
+    assert text == f" (cause: OSError: {said} <- ConnectionError <- _Wrapped)", text
+    assert text.count("Not enough data") == 1
+
+
 _LEAKS = {
     "Bearer sk-proj-logleak0123456789abcdef": "sk-proj-logleak0123456789abcdef",
     "Authorization: Basic dXNlcjpsb2dsZWFrcGFzcw==": "dXNlcjpsb2dsZWFrcGFzcw==",

@@ -53,9 +53,12 @@ def test_a_whole_answer_cut_off_mid_body_is_a_502_saying_so(
 
     message = caught.value.message
     assert "answered 200" in message and "broke off" in message, message
+    assert "the connection closed before the body's end" in message, message
     assert "could not reach" not in message and "baseUrl" not in message
     lines = [r.getMessage() for r in records.errors() if "broke off" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in records.errors()]
+    causes = lines[0].split("(cause: ", 1)[1].split(" <- ")
+    assert len({c.split(": ", 1)[-1] for c in causes}) == len(causes), lines  # each said once
     rows = http.get(f"/v1/sessions/{sid}/messages").json()["data"]
     assert [r["message"]["content"] for r in rows] == ["a", "first", "b"]
     fake_upstream.script(reply("after"))
