@@ -230,13 +230,15 @@ async def _resent_cut(
     return whole
 
 
-# The messages are read in one pass (``rows``): with no index on tool_call_id, each pass
-# reads every row of the session.
+# The messages are read in one pass (``rows``), by the index on tool_call_id (migration
+# 0031) and by position. A bare id has no position: -1 matches no row, where a NULL one
+# makes the position's arm false, which the planner may answer with any partial index
+# (the session's evicted rows, ``messages_evicted``).
 FETCH_VERSION = """
 WITH rows AS MATERIALIZED (
     SELECT id, xmin, ctid, tool_call_id, superseded_at FROM messages
     WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
-          OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))
+          OR (superseded_at IS NULL AND pos IN (coalesce($4, -1), coalesce($4, -1) - 1)))
 )
 SELECT encode(sha256(convert_to(concat_ws('|',
     (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id) FROM rows),

@@ -258,7 +258,6 @@ async def test_a_spill_written_again_in_the_reads_own_transaction_is_read_anew(c
 
 
 async def test_the_version_reads_the_sessions_messages_once(conn: Any) -> None:
-    # messages has no index on tool_call_id: each pass over them costs the whole session's
-    # rows, on every page.
+    # each pass over them costs a scan of its own, on every page
     plan = await conn.fetch("EXPLAIN " + raw_outputs.FETCH_VERSION, T, S, ["c1@2", "c1"], 2)
     assert sum(" on messages " in r[0] + " " for r in plan) == 1, plan
