@@ -16,7 +16,7 @@ from proxy.store import raw_outputs
 
 
 class Store:
-    """What the two queries answer: per id, (version, text or None); reads counted."""
+    """What the queries answer: per id, (version, text or None); reads counted."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows: dict[str, tuple[str, str | None]] = {}
@@ -34,8 +34,12 @@ class Store:
                 return None
             return {"content": text, "original_bytes": len(text), "capped": False}
 
+        async def first(conn: Any, **where: str) -> tuple[str, dict[str, Any] | None]:
+            return await version(conn, **where), await fetch(conn, **where)
+
         monkeypatch.setattr(raw_outputs, "fetchval_version", version)
         monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetch)
+        monkeypatch.setattr(raw_outputs, "fetch_first", first)
 
     async def read(self, cid: str) -> str | None:
         out = await raw_cache.read_output(None, tenant="t", session_id="s", tool_call_id=cid)
