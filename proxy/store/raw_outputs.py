@@ -7,8 +7,9 @@ A pointer's handle (``cascade.pins.pin``: id and position) reads that row's own 
 instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 
 :func:`fetchval_version` names, without their text, every row that read depends on: the
-messages stored under the id, the live rows at a handle's position and the one before it,
-the spills under the id (the newest and the ones it replaced) and the
+messages stored under the id, the live row before the newest of them (whose hash its chain
+hash continues), the live rows at a handle's position and the one before it, the spills
+under the id (the newest and the ones it replaced) and the
 ``context.truncated`` events that name it. Each row is named by its key, its ``xmin``
 (the transaction that wrote that row version: an update, such as an eviction or a
 supersession, gives a row a new one) and its ``ctid`` (where that version lies: a
@@ -266,7 +267,7 @@ async def _resent_cut(
 # (the session's evicted rows, ``messages_evicted``).
 _VERSION_ROWS = """
 rows AS MATERIALIZED (
-    SELECT id, xmin, ctid, tool_call_id, superseded_at FROM messages
+    SELECT id, xmin, ctid, tool_call_id, superseded_at, pos FROM messages
     WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($IDS::text[])
           OR (superseded_at IS NULL AND pos IN (coalesce($POS, -1), coalesce($POS, -1) - 1)))
 )
@@ -274,6 +275,10 @@ rows AS MATERIALIZED (
 _VERSION = """
 encode(sha256(convert_to(concat_ws('|',
     (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id) FROM rows),
+    (SELECT id::text || ':' || xmin::text || ctid::text FROM messages
+     WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND pos = (
+         SELECT pos - 1 FROM rows WHERE tool_call_id = ($IDS::text[])[1]
+         ORDER BY id DESC LIMIT 1)),
     (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
                        || ctid::text, ',' ORDER BY tool_call_id)
      FROM tool_raw_outputs
@@ -316,7 +321,9 @@ async def fetchval_version(
     rows' names in hex, equal for two reads exactly when none of those rows was written,
     changed or deleted between them (module docstring). A digest, read for every page:
     an id a server uses every turn (``call_0``) has a row under it per turn. It sits
-    beside the read: a row the read comes to depend on belongs in it too."""
+    beside the read: a row the read comes to depend on belongs in it too, and
+    ``test_raw_version_rows`` changes each row of the session's tables in turn to find one
+    that changes the read but not the version."""
     return str(await conn.fetchval(FETCH_VERSION, tenant, session_id, *_version_args(tool_call_id)))
 
 
