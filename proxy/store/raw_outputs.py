@@ -247,7 +247,7 @@ async def _resent_cut(
     stood for (a superseded row at the position, its placeholder this text), or the
     uncapped spill under the id the text was cut from (``truncation.is_cut_from``) or
     compacted from under this very handle (``lossless.is_compacted_from``)."""
-    text = whole["content"]
+    text, handle = whole["content"], pin(tool_call_id, pos)
     ids = [encode(tool_call_id)]
     for row in await conn.fetch(FETCH_EVICTED_AT, tenant, session_id, pos, ids[0]):
         if content_text((row["placeholder"] or {}).get("content")) == text:
@@ -256,7 +256,7 @@ async def _resent_cut(
             break
     for spill in await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, ids):
         raw = decode(spill["content"])
-        if is_cut_from(text, raw) or is_compacted_from(text, raw, pin(tool_call_id, pos)):
+        if is_cut_from(text, raw) or is_compacted_from(text, raw, handle):
             return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
     return whole
 
