@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.services import raw_cache
-from proxy.store import raw_outputs
+from tests.unit.raw_reads import stub_reads
 
 
 class Store:
@@ -34,12 +34,7 @@ class Store:
                 return None
             return {"content": text, "original_bytes": len(text), "capped": False}
 
-        async def first(conn: Any, **where: str) -> tuple[str, dict[str, Any] | None]:
-            return await version(conn, **where), await fetch(conn, **where)
-
-        monkeypatch.setattr(raw_outputs, "fetchval_version", version)
-        monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetch)
-        monkeypatch.setattr(raw_outputs, "fetch_first", first)
+        stub_reads(monkeypatch, fetch, version)
 
     async def read(self, cid: str) -> str | None:
         out = await raw_cache.read_output(None, tenant="t", session_id="s", tool_call_id=cid)
