@@ -974,6 +974,8 @@ CREATE UNIQUE INDEX messages_live_pos ON public.messages USING btree (tenant, se
 
 CREATE INDEX messages_session_pos ON public.messages USING btree (tenant, session_id, pos);
 
+CREATE INDEX messages_tool_call ON public.messages USING btree (tenant, session_id, tool_call_id, id) WHERE (tool_call_id IS NOT NULL);
+
 CREATE INDEX tool_raw_output_versions_call ON public.tool_raw_output_versions USING btree (tenant, session_id, tool_call_id);
 
 CREATE TRIGGER events_notify AFTER INSERT ON public.events FOR EACH ROW EXECUTE FUNCTION public.cascade_notify_event();

@@ -17,7 +17,7 @@ Pure: no I/O. The shell (``services/chat.py``) loads hashes and applies the plan
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "canonical_json",
     "chain_hash",
     "chain",
+    "hashes_after",
     "plan_reconcile",
     "plan_divergence",
 ]
@@ -114,6 +115,19 @@ def chain_hash(prev: str, msg: Mapping[str, Any], *, levels: int | None = None) 
     """
     data = (prev + "\n").encode() + dumps_sorted(canonical_message(msg), levels=levels)
     return hashlib.sha256(data).hexdigest()
+
+
+def hashes_after(prevs: Iterable[str], msg: Mapping[str, Any], target: str) -> bool:
+    """Whether ``chain_hash(p, msg) == target`` for one of ``prevs``, ``msg``'s canonical form
+    written once for them all: a superseded row's previous row is any of those at the
+    position before it, and a tool result's form can be megabytes."""
+    body = dumps_sorted(canonical_message(msg))
+    for prev in prevs:
+        digest = hashlib.sha256((prev + "\n").encode())
+        digest.update(body)
+        if digest.hexdigest() == target:
+            return True
+    return False
 
 
 def chain(messages: Sequence[Mapping[str, Any]], seed: str = "") -> list[str]:

@@ -70,19 +70,25 @@ async def read_output(
     patterns: Sequence[re.Pattern[str]] = (),
 ) -> Output | None:
     """The id's newest result (or a pinned handle's: ``fetchrow_raw_output``) redacted with
-    ``patterns``; None when not found. The version is read before the text, so a text
-    written between the two is kept under the older version and read anew next time."""
+    ``patterns``; None when not found. The version is read before the text or with it (a
+    first read: ``fetch_first``, one round trip), so a text written after it is kept under
+    the older version and read anew next time."""
     key: Key = (tenant, session_id, tool_call_id, tuple((p.pattern, p.flags) for p in patterns))
-    version = await raw_outputs.fetchval_version(
-        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
-    )
     kept = _KEPT.get(key)
-    if kept is not None and kept[0] == version:
-        _KEPT.move_to_end(key)
-        return kept[1]
-    row = await raw_outputs.fetchrow_raw_output(
-        conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
-    )
+    if kept is None:  # nothing to compare: the version comes with the read
+        version, row = await raw_outputs.fetch_first(
+            conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+        )
+    else:
+        version = await raw_outputs.fetchval_version(
+            conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+        )
+        if kept[0] == version:
+            _KEPT.move_to_end(key)
+            return kept[1]
+        row = await raw_outputs.fetchrow_raw_output(
+            conn, tenant=tenant, session_id=session_id, tool_call_id=tool_call_id
+        )
     if row is None:
         _drop(key)  # its rows are gone (a deleted session): its text is not kept either
         return None

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.truncation import has_cut_marker, is_cut_from
-from proxy.history import chain_hash
+from proxy.history import chain_hash, hashes_after
 from proxy.store.nul import decode
 from proxy.store.usage import fetch_spilled_ids
 
@@ -89,7 +89,7 @@ def _rebuilt(
         # sent as a string; or as parts the rewrite kept (``with_text``: an image beside)
         for content in (text,) if parts is None else (text, with_text(parts, text)):
             candidate = message | {"content": content}
-            if any(chain_hash(p, candidate) == row["hash"] for p in prevs or [row["prev"]]):
+            if hashes_after(prevs or [row["prev"]], candidate, row["hash"]):
                 return candidate
     cut = message.get("content")
     for text in texts:
@@ -178,7 +178,7 @@ async def fetch_unkept_cuts(
         if chain_hash(r["prev"], dict(r["message"])) == r["hash"]:
             sent.add((False, r["pos"]))
     for r in await conn.fetch(FETCH_SUPERSEDED, tenant, session_id, gone) if gone else []:
-        if any(chain_hash(p, dict(r["message"])) == r["hash"] for p in list(r["prevs"]) or [""]):
+        if hashes_after(list(r["prevs"]) or [""], dict(r["message"]), r["hash"]):
             sent.add((True, r["id"]))
     return [
         m and (bool(r["superseded_at"]), r["id"] if r["superseded_at"] else r["pos"]) not in sent
@@ -201,7 +201,7 @@ async def fetch_superseded_sent_forms(
     cut = []
     for r in rows:
         message, prevs = dict(r["message"]), list(r["prevs"]) or [""]
-        if any(chain_hash(p, message) == r["hash"] for p in prevs):
+        if hashes_after(prevs, message, r["hash"]):
             out[r["id"]] = (False, message)
         else:
             cut.append((r, prevs))

@@ -7,8 +7,9 @@ A pointer's handle (``cascade.pins.pin``: id and position) reads that row's own 
 instead, as ``client_form`` rebuilds it: an id can name a newer result by then.
 
 :func:`fetchval_version` names, without their text, every row that read depends on: the
-messages stored under the id, the live rows at a handle's position and the one before it,
-the spills under the id (the newest and the ones it replaced) and the
+messages stored under the id, the live row before the newest of them (whose hash its chain
+hash continues), the live rows at a handle's position and the one before it, the spills
+under the id (the newest and the ones it replaced) and the
 ``context.truncated`` events that name it. Each row is named by its key, its ``xmin``
 (the transaction that wrote that row version: an update, such as an eviction or a
 supersession, gives a row a new one) and its ``ctid`` (where that version lies: a
@@ -41,7 +42,7 @@ from proxy.store.nul import decode, encode
 if TYPE_CHECKING:
     from proxy.store.db import Executor
 
-__all__ = ["raw_rows", "fetchrow_raw_output", "fetchval_version"]
+__all__ = ["raw_rows", "fetch_first", "fetchrow_raw_output", "fetchval_version"]
 
 
 def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, int, bool]]:
@@ -55,8 +56,8 @@ def raw_rows(spills: Sequence[Spill], cap_bytes: int) -> list[tuple[str, str, in
     return out
 
 
-FETCHROW_RAW_OUTPUT = """
-SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
+_READ_COLUMNS = """
+r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
        m.message, m.created_at, m.redacted, m.placeholder IS NOT NULL AS evicted,
        (r.created_at IS NULL OR r.created_at < m.created_at)
            AND m.placeholder IS NULL AND m.evicted_at IS NULL
@@ -66,6 +67,8 @@ SELECT r.content, r.original_bytes, r.capped, r.created_at AS spilled_at,
                  AND e.data ->> 'tool_call_id' = $3 AND e.created_at >= m.created_at
            )) AS whole
        , m.hash, coalesce(p.hash, '') AS prev, m.superseded_at IS NULL AS live, m.pos
+"""
+_READ_FROM = """
 FROM (SELECT) AS one
 LEFT JOIN tool_raw_outputs r ON r.tenant = $1 AND r.session_id = $2 AND r.tool_call_id = $3
 LEFT JOIN LATERAL (
@@ -77,6 +80,7 @@ LEFT JOIN LATERAL (
 LEFT JOIN messages p ON p.tenant = $1 AND p.session_id = $2 AND p.pos = m.pos - 1
      AND p.superseded_at IS NULL
 """
+FETCHROW_RAW_OUTPUT = "SELECT" + _READ_COLUMNS + _READ_FROM
 
 
 async def fetchrow_raw_output(
@@ -104,6 +108,33 @@ async def fetchrow_raw_output(
         if found is not None:
             return found
     row = await conn.fetchrow(FETCHROW_RAW_OUTPUT, tenant, session_id, encode(tool_call_id))
+    return await _read(conn, tenant, session_id, tool_call_id, row)
+
+
+async def fetch_first(
+    conn: Executor, *, tenant: str, session_id: str, tool_call_id: str
+) -> tuple[str, dict[str, Any] | None]:
+    """(:func:`fetchval_version`, :func:`fetchrow_raw_output`) in one statement where the
+    read needs no other (a spill, or a body read by bare id): the version and the read's
+    first query as one round trip (``FETCH_FIRST``), both from one snapshot. A pinned
+    handle's own statements (``_fetch_pinned``) follow it, the version read first."""
+    ids, pos = _version_args(tool_call_id)
+    row = await conn.fetchrow(FETCH_FIRST, tenant, session_id, encode(tool_call_id), ids, pos)
+    if row is None:  # never: the query always has its one row
+        return "", None
+    version = str(row["version"])
+    pinned = unpin(tool_call_id)
+    if pinned is not None:
+        found = await _fetch_pinned(conn, tenant, session_id, *pinned)
+        if found is not None:
+            return version, found
+    return version, await _read(conn, tenant, session_id, tool_call_id, row)
+
+
+async def _read(
+    conn: Executor, tenant: str, session_id: str, tool_call_id: str, row: Any
+) -> dict[str, Any] | None:
+    """What :func:`fetchrow_raw_output` makes of its first query's row."""
     if row is None:  # no row at all only without a session: the query always has one
         return None
     message_at = row["created_at"]
@@ -216,7 +247,7 @@ async def _resent_cut(
     stood for (a superseded row at the position, its placeholder this text), or the
     uncapped spill under the id the text was cut from (``truncation.is_cut_from``) or
     compacted from under this very handle (``lossless.is_compacted_from``)."""
-    text = whole["content"]
+    text, handle = whole["content"], pin(tool_call_id, pos)
     ids = [encode(tool_call_id)]
     for row in await conn.fetch(FETCH_EVICTED_AT, tenant, session_id, pos, ids[0]):
         if content_text((row["placeholder"] or {}).get("content")) == text:
@@ -225,40 +256,61 @@ async def _resent_cut(
             break
     for spill in await conn.fetch(client_form.FETCH_SPILLS, tenant, session_id, ids):
         raw = decode(spill["content"])
-        if is_cut_from(text, raw) or is_compacted_from(text, raw, pin(tool_call_id, pos)):
+        if is_cut_from(text, raw) or is_compacted_from(text, raw, handle):
             return {"content": raw, "original_bytes": len(raw.encode("utf-8")), "capped": False}
     return whole
 
 
-# The messages are read in one pass (``rows``): with no index on tool_call_id, each pass
-# reads every row of the session.
-FETCH_VERSION = """
-WITH rows AS MATERIALIZED (
-    SELECT id, xmin, ctid, tool_call_id, superseded_at FROM messages
-    WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($3::text[])
-          OR (superseded_at IS NULL AND pos IN ($4, $4 - 1)))
+# The messages are read in one pass (``rows``), by the index on tool_call_id (migration
+# 0031) and by position. A bare id has no position: -1 matches no row, where a NULL one
+# makes the position's arm false, which the planner may answer with any partial index
+# (the session's evicted rows, ``messages_evicted``).
+_VERSION_ROWS = """
+rows AS MATERIALIZED (
+    SELECT id, xmin, ctid, tool_call_id, superseded_at, pos FROM messages
+    WHERE tenant = $1 AND session_id = $2 AND (tool_call_id = ANY($IDS::text[])
+          OR (superseded_at IS NULL AND pos IN (coalesce($POS, -1), coalesce($POS, -1) - 1)))
 )
-SELECT encode(sha256(convert_to(concat_ws('|',
+"""
+_VERSION = """
+encode(sha256(convert_to(concat_ws('|',
     (SELECT string_agg(id::text || ':' || xmin::text || ctid::text, ',' ORDER BY id) FROM rows),
+    (SELECT id::text || ':' || xmin::text || ctid::text FROM messages
+     WHERE tenant = $1 AND session_id = $2 AND superseded_at IS NULL AND pos = (
+         SELECT pos - 1 FROM rows WHERE tool_call_id = ($IDS::text[])[1]
+         ORDER BY id DESC LIMIT 1)),
     (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
                        || ctid::text, ',' ORDER BY tool_call_id)
      FROM tool_raw_outputs
-     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
+     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($IDS::text[])),
     (SELECT string_agg(tool_call_id || ':' || created_at::text || ':' || xmin::text
                        || ctid::text, ',' ORDER BY tool_call_id, created_at, replaced_at)
      FROM tool_raw_output_versions
-     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($3::text[])),
+     WHERE tenant = $1 AND session_id = $2 AND tool_call_id = ANY($IDS::text[])),
     (SELECT count(*)::text || ':' || coalesce(max(id), 0)::text FROM events
      WHERE tenant = $1 AND session_id = $2 AND name = 'context.truncated'
-       AND data ->> 'tool_call_id' = ANY($3::text[])
+       AND data ->> 'tool_call_id' = ANY($IDS::text[])
        AND EXISTS (
            SELECT 1 FROM (
                SELECT DISTINCT ON (tool_call_id) superseded_at FROM rows
-               WHERE tool_call_id = ANY($3::text[])
+               WHERE tool_call_id = ANY($IDS::text[])
                ORDER BY tool_call_id, id DESC
            ) AS newest
            WHERE newest.superseded_at IS NOT NULL))), 'UTF8')), 'hex')
 """
+
+
+def _with_version(ids: str, pos: str, columns: str = "", rest: str = "") -> str:
+    """A statement that selects the version (its ids the array parameter ``ids``, its
+    position ``pos``), then ``columns`` and ``rest``: the version is written once, for
+    ``FETCH_VERSION`` and ``FETCH_FIRST``."""
+    text = "WITH" + _VERSION_ROWS + "SELECT" + _VERSION + columns + rest
+    return text.replace("$IDS", ids).replace("$POS", pos)
+
+
+FETCH_VERSION = _with_version("$3", "$4")
+# The version, then the read's first query's row ($3 the id, as in FETCHROW_RAW_OUTPUT).
+FETCH_FIRST = _with_version("$4", "$5", "AS version," + _READ_COLUMNS, _READ_FROM)
 
 
 async def fetchval_version(
@@ -269,10 +321,16 @@ async def fetchval_version(
     rows' names in hex, equal for two reads exactly when none of those rows was written,
     changed or deleted between them (module docstring). A digest, read for every page:
     an id a server uses every turn (``call_0``) has a row under it per turn. It sits
-    beside the read: a row the read comes to depend on belongs in it too."""
+    beside the read: a row the read comes to depend on belongs in it too, and
+    ``test_raw_version_rows`` changes each row of the session's tables in turn to find one
+    that changes the read but not the version."""
+    return str(await conn.fetchval(FETCH_VERSION, tenant, session_id, *_version_args(tool_call_id)))
+
+
+def _version_args(tool_call_id: str) -> tuple[list[str], int | None]:
+    """The ids whose rows the version names (a pinned handle's id part too) and its position."""
     ids = [encode(tool_call_id)]
     pinned = unpin(tool_call_id)
     if pinned is not None:
         ids.append(encode(pinned[0]))
-    pos = pinned[1] if pinned is not None else None
-    return str(await conn.fetchval(FETCH_VERSION, tenant, session_id, ids, pos))
+    return ids, pinned[1] if pinned is not None else None

@@ -13,6 +13,7 @@ from proxy.history import (
     canonical_message,
     chain,
     chain_hash,
+    hashes_after,
     plan_divergence,
     plan_reconcile,
 )
@@ -286,3 +287,20 @@ def test_reconcile_applies_to_incoming(
     ]
     if isinstance(plan, Append):
         assert start == len(stored_msgs)
+
+
+def test_hashes_after_writes_the_message_once_for_every_previous_hash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a superseded row is checked after each row once at the position before it, and a tool
+    # result's canonical form can be megabytes: written once, hashed after each
+    import proxy.history as history
+
+    msg = {"role": "tool", "tool_call_id": "c1", "content": "x" * 1000}
+    found, missing = chain_hash("c", msg), chain_hash("e", msg)
+    written = []
+    real = history.dumps_sorted
+    monkeypatch.setattr(history, "dumps_sorted", lambda *a, **k: written.append(1) or real(*a, **k))
+    assert hashes_after(["a", "b", "c", "d"], msg, found)
+    assert not hashes_after(["a", "b", "c", "d"], msg, missing)
+    assert len(written) == 2

@@ -15,7 +15,7 @@ import pytest
 
 from proxy.services import toolloop
 from proxy.services.page_threads import make_page
-from proxy.store import raw_outputs
+from tests.unit.raw_reads import stub_reads
 
 
 async def test_a_burst_of_pages_leaves_the_default_executor_free(
@@ -35,8 +35,7 @@ async def test_a_burst_of_pages_leaves_the_default_executor_free(
     async def version(*args: Any, **kwargs: Any) -> str:
         return str(uuid.uuid4())  # never a kept text's: each read is the stub's
 
-    monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", stored)
-    monkeypatch.setattr(raw_outputs, "fetchval_version", version)
+    stub_reads(monkeypatch, stored, version)
     pages = [
         asyncio.create_task(
             toolloop.read_page(

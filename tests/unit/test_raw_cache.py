@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from proxy.services import raw_cache
-from proxy.store import raw_outputs
+from tests.unit.raw_reads import stub_reads
 
 
 class Store:
-    """What the two queries answer: per id, (version, text or None); reads counted."""
+    """What the queries answer: per id, (version, text or None); reads counted."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows: dict[str, tuple[str, str | None]] = {}
@@ -34,8 +34,7 @@ class Store:
                 return None
             return {"content": text, "original_bytes": len(text), "capped": False}
 
-        monkeypatch.setattr(raw_outputs, "fetchval_version", version)
-        monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetch)
+        stub_reads(monkeypatch, fetch, version)
 
     async def read(self, cid: str) -> str | None:
         out = await raw_cache.read_output(None, tenant="t", session_id="s", tool_call_id=cid)

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from proxy.services import toolloop
-from proxy.store import raw_outputs, sessions
+from proxy.store import sessions
+from tests.unit.raw_reads import stub_reads
 
 STORED = {"call_ls": {"content": "a.txt\nb.txt", "original_bytes": 11, "capped": False}}
 
@@ -40,8 +41,7 @@ def agent_now(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def fetchval_version(conn: Any, **key: Any) -> str:
         return str(uuid.uuid4())  # never a kept text's: each read is the stub's
 
-    monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
-    monkeypatch.setattr(raw_outputs, "fetchval_version", fetchval_version)
+    stub_reads(monkeypatch, fetchrow_raw_output, fetchval_version)
     monkeypatch.setattr(sessions, "fetchval_agent", fetchval_agent)
     return now
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.services import raw_cache, toolloop
-from proxy.store import raw_outputs
+from tests.unit.raw_reads import stub_reads
 
 TEXT = "line of output\n" * 400 + "token=sk-abcdefghijklmnopqrstuvwx\n" + "tail\n" * 50
 
@@ -34,8 +34,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     async def fetchval_version(conn: Any, **key: Any) -> str:
         return "v1"
 
-    monkeypatch.setattr(raw_outputs, "fetchrow_raw_output", fetchrow_raw_output)
-    monkeypatch.setattr(raw_outputs, "fetchval_version", fetchval_version)
+    stub_reads(monkeypatch, fetchrow_raw_output, fetchval_version)
     monkeypatch.setattr(raw_cache, "redact", redact)
     return seen
 

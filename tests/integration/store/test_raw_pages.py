@@ -18,7 +18,7 @@ from bench.raw_pages import Counting, before, hostile
 from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.services import raw_cache, toolloop
-from proxy.store import messages as msgs, nul, raw_outputs
+from proxy.store import messages as msgs, nul
 from tests.integration.store.helpers import (
     S,
     T,
@@ -255,10 +255,3 @@ async def test_a_spill_written_again_in_the_reads_own_transaction_is_read_anew(c
         )
         await _respill(conn, "second output " * 400)  # same key, created_at and xmin
         assert "second output" in await _page(conn, 0)
-
-
-async def test_the_version_reads_the_sessions_messages_once(conn: Any) -> None:
-    # messages has no index on tool_call_id: each pass over them costs the whole session's
-    # rows, on every page.
-    plan = await conn.fetch("EXPLAIN " + raw_outputs.FETCH_VERSION, T, S, ["c1@2", "c1"], 2)
-    assert sum(" on messages " in r[0] + " " for r in plan) == 1, plan
