@@ -42,6 +42,7 @@ from proxy.cascade.retrieval import (
     RetrievalNeed,
     distinct_hits,
     fit_hits,
+    hidden_hits,
     retrieved,
     text_key,
 )
@@ -106,7 +107,7 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
     except asyncpg.PostgresError as exc:  # a refused statement leaves the connection usable
         log.warning("retrieval skipped for a turn: the search failed: %s", exc)
         return failed(f"search failed: {exc}")
-    kept = fit_hits(hits[: need.max_results], need)
+    kept = fit_hits(hidden_hits(hits[: need.max_results], need), need)
     took = (time.perf_counter() - started) * 1000
     return retrieved(kept, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
 
