@@ -14,10 +14,12 @@ import pytest
 
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
 from proxy.cascade.types import Budget
+from proxy.config import Config
 from proxy.config_context import ContextConfig
+from proxy.embeddings import EMBED_CHARS
 from proxy.services import retrieval
 from proxy.session_id import SessionKey
-from proxy.store.embeddings import Found
+from proxy.store.embeddings import Claimed, Found
 from tests.unit.cascade.summary_builders import count, system, user
 
 KEY = "sk-proj-" + "Q7wZp3Lk9Xv2Rt5Yb8Nc4Md6Hf1Gj0Sa"
@@ -67,3 +69,14 @@ async def test_a_snippet_cut_inside_a_secret_shows_none_of_it(
     sent = assemble(step, answers={"retrieval": answer}).messages[-1]["content"]
     assert "[REDACTED]" in sent
     assert secret[:12] not in sent, "no part of the secret goes upstream"
+
+
+@pytest.mark.parametrize("secret", [KEY, AWS])
+def test_a_message_cut_inside_a_secret_is_embedded_without_any_of_it(secret: str) -> None:
+    """The worker embeds a message's first ``EMBED_CHARS`` characters, redacted: a cut inside
+    a secret left its first characters for the embedding provider (a third party)."""
+    text = "x " * ((EMBED_CHARS - len(LEAD) - 6) // 2) + LEAD + secret + " yesterday."
+    claimed = Claimed(1, {"role": "assistant", "content": text})
+    embedded = retrieval._text(claimed, Config.model_validate({}))
+    assert len(embedded) <= EMBED_CHARS and "[REDAC" in embedded  # cut after redaction
+    assert secret[:6] not in embedded
