@@ -23,6 +23,7 @@ change of model never mixes vectors of two spaces.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from proxy import answers
+from proxy.cascade.redaction import redact_head
 from proxy.cascade.text import content_text
 from proxy.config import Config, EmbeddingConfig, ProviderConfig
 from proxy.jsonio import dumps
@@ -47,6 +49,7 @@ __all__ = [
     "Embedders",
     "UsageSink",
     "embedding_text",
+    "message_text",
     "embedders_here",
     "bind_embedders",
 ]
@@ -78,15 +81,22 @@ class Embedder(Protocol):
         """Get ready to answer a query within a turn's ``timeoutMs`` (load a model)."""
 
 
-def embedding_text(message: Mapping[str, Any]) -> str:
-    """What a stored message is embedded from (pure): its text, then each tool call's name
-    and arguments, where paths and ids an agent used often are."""
+def message_text(message: Mapping[str, Any]) -> str:
+    """A stored message's text, then each tool call's name and arguments, where paths and
+    ids an agent used often are (pure; uncut)."""
     parts = [content_text(message.get("content"))]
     for call in message.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(fn, Mapping):
             parts.append(f"{fn.get('name') or ''} {fn.get('arguments') or ''}")
-    return "\n".join(p for p in parts if p).strip()[:EMBED_CHARS]
+    return "\n".join(p for p in parts if p).strip()
+
+
+def embedding_text(message: Mapping[str, Any], patterns: Sequence[re.Pattern[str]] = ()) -> str:
+    """What a stored message is embedded from (pure): the first ``EMBED_CHARS`` characters
+    of its :func:`message_text`, redacted with ``patterns`` before the cut, so a secret the
+    cut runs through goes to the embedding provider in no part (``redact_head``)."""
+    return redact_head(message_text(message), EMBED_CHARS, patterns)
 
 
 class BuiltinEmbedder:

@@ -41,6 +41,8 @@ __all__ = [
     "compile_patterns",
     "patterns_of",
     "redact",
+    "redact_head",
+    "REDACT_PAST",
     "redact_message",
 ]
 
@@ -133,6 +135,22 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
         if n:
             text, found, total = new, None, total + n
     return text, total
+
+
+REDACT_PAST = 4096
+"""How far past a cut :func:`redact_head` reads: further than any pattern needs to read a
+secret that begins before the cut (each quantifier is bounded; a PEM block cut short is
+redacted through the text's end)."""
+
+
+def redact_head(text: str, chars: int, patterns: Sequence[re.Pattern[str]]) -> str:
+    """The first ``chars`` characters of ``text`` redacted. Redacting the cut text would
+    leave a secret the cut runs through, a part no pattern reads (an ``sk-…`` key's first
+    characters), so the text is redacted :data:`REDACT_PAST` characters past the cut first;
+    only that much is read, so a long text costs no more than a short one."""
+    if not patterns:
+        return text[:chars]
+    return redact(text[: chars + REDACT_PAST], patterns)[0][:chars]
 
 
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:

@@ -22,8 +22,9 @@ trimmed. The window is never touched: the block is never stored as a client's me
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.cascade.observations import is_observation
@@ -49,6 +50,7 @@ __all__ = [
     "retrieved",
     "retrieval_query",
     "fit_hits",
+    "hidden_hits",
     "distinct_hits",
     "text_key",
     "RELATED_BUDGET_SHARE",
@@ -113,6 +115,9 @@ class RetrievalNeed:
     """The :func:`text_key` of each message the step's prompt carries: a hit that says the
     same (a question asked again, a tool's output printed again) is already in the prompt,
     and quoting it would only take a hit's place."""
+    patterns: tuple[re.Pattern[str], ...] = field(default=(), compare=False)
+    """The agent's redaction patterns in force, which each hit is redacted with whole before
+    its snippet is cut (:func:`hidden_hits`)."""
 
 
 def _same_text_key(text: str) -> str:
@@ -146,6 +151,17 @@ def distinct_hits(hits: Sequence[Hit], *, snippet_chars: int | None = None) -> l
             seen.add(key)
             kept.append(hit)
     return kept
+
+
+def hidden_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:
+    """``hits`` with each text redacted whole (``need.patterns``). A stored message may
+    hold a secret (a reply the model wrote, a text stored before a pattern was added), and
+    the prompt's block is redacted again once it is assembled, but a snippet cut inside a
+    secret leaves a part no pattern reads (an ``sk-…`` key's first characters), so the
+    whole text is redacted before the cut. Only the hits the block may quote are read."""
+    if not need.patterns:
+        return list(hits)
+    return [replace(h, text=redact(h.text, need.patterns)[0]) for h in hits]
 
 
 def fit_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:
@@ -223,6 +239,7 @@ def plan_retrieval(step: StepInput) -> RetrievalNeed | None:
         cap,
         tokens,
         frozenset(k for k in map(text_key, step.window) if k is not None),
+        patterns_of(step.ctx.redaction),
     )
 
 

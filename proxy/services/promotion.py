@@ -43,6 +43,7 @@ from proxy.cascade.redaction import redact
 from proxy.cascade.text import content_text
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
+from proxy.services.memory import GLOBAL
 from proxy.store import memory as store
 from proxy.store.db import Lent
 
@@ -182,13 +183,15 @@ async def _promote(
         return
     facts = parse_facts(answer)
     conn = await lent.take()
+    carried_keys, carried = await _also_carried(conn, job, facts)
     if job.promotion == "auto":
 
         def vet(stored: set[str]) -> list[str]:
             return span_facts(
                 sanitize_facts(
                     facts,
-                    stored_keys=stored,
+                    existing=carried,
+                    stored_keys=stored | carried_keys,
                     patterns=job.memory_patterns,
                     keep=MAX_FACTS_PER_SPAN,
                 )
@@ -210,8 +213,8 @@ async def _promote(
     kept = span_facts(
         sanitize_facts(
             facts,
-            existing=stored,
-            stored_keys=keys,
+            existing=[*stored, *carried],
+            stored_keys=keys | carried_keys,
             patterns=job.memory_patterns,
             keep=MAX_FACTS_PER_SPAN,
         )
@@ -228,3 +231,16 @@ async def _promote(
                 "scope": job.memory_scope,
             },
         )
+
+
+async def _also_carried(conn: Any, job: Any, facts: Sequence[str]) -> tuple[set[str], list[str]]:
+    """The facts the session's prompts carry from beyond its own scope, which promotion
+    leaves out as it leaves out the scope's: an agent's sessions carry ``global`` too, so a
+    fact it stores, or a pending suggestion for it holds, is remembered already (the keys
+    of ``facts`` it stores, and the text of its unkeyed and pending facts). None for
+    ``global`` itself, whose sessions carry no agent's scope."""
+    if job.memory_scope == GLOBAL:
+        return set(), []
+    keys, texts = await store.stored_matches(conn, tenant=job.tenant, scope=GLOBAL, texts=facts)
+    texts += await store.fetch_pending_facts(conn, tenant=job.tenant, scope=GLOBAL)
+    return keys, texts

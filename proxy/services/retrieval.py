@@ -36,17 +36,18 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.commands import is_command_exchange
-from proxy.cascade.redaction import patterns_of, redact
+from proxy.cascade.redaction import REDACT_PAST, patterns_of
 from proxy.cascade.retrieval import (
     Hit,
     RetrievalNeed,
     distinct_hits,
     fit_hits,
+    hidden_hits,
     retrieved,
     text_key,
 )
 from proxy.config import Config
-from proxy.embeddings import Embedders, embedders_here, embedding_text
+from proxy.embeddings import Embedders, embedders_here, embedding_text, message_text
 from proxy.observe import note_embedding_failure
 from proxy.session_id import SessionKey
 from proxy.store import embeddings as store
@@ -106,7 +107,7 @@ async def related_messages(need: RetrievalNeed, conn: Any, key: SessionKey) -> d
     except asyncpg.PostgresError as exc:  # a refused statement leaves the connection usable
         log.warning("retrieval skipped for a turn: the search failed: %s", exc)
         return failed(f"search failed: {exc}")
-    kept = fit_hits(hits[: need.max_results], need)
+    kept = fit_hits(hidden_hits(hits[: need.max_results], need), need)
     took = (time.perf_counter() - started) * 1000
     return retrieved(kept, snippet_chars=need.snippet_chars, took_ms=took, model=embedder.model)
 
@@ -135,7 +136,7 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[tuple[Hit, ...
         Hit(
             f.pos,
             f.role,
-            embedding_text(f.message) if isinstance(f.message, dict) else "",
+            _quotable(f.message, need),
             f.score,
             f.origin,
             f.tool_call_id,
@@ -145,6 +146,15 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[tuple[Hit, ...
     ]
     distinct = distinct_hits(hits, snippet_chars=need.snippet_chars)
     return tuple(distinct), len(distinct) < len(rows)
+
+
+def _quotable(message: Any, need: RetrievalNeed) -> str:
+    """What a hit's snippet may be cut from: the message's text up to the snippet and as far
+    past it as its redaction reads (``REDACT_PAST``: ``hidden_hits`` redacts it before the
+    cut, and a search's rows are not all redacted)."""
+    if not isinstance(message, dict):
+        return ""
+    return message_text(message)[: need.snippet_chars + REDACT_PAST]
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
@@ -162,8 +172,7 @@ def _text(claimed: store.Claimed, cfg: Config) -> str:
     message = claimed.message
     if not isinstance(message, dict) or is_command_exchange(message):
         return ""
-    patterns = patterns_of(cfg.context_for(claimed.agent).redaction)
-    return redact(embedding_text(message), patterns)[0]
+    return embedding_text(message, patterns_of(cfg.context_for(claimed.agent).redaction))
 
 
 RESCAN_WINDOWS = 100

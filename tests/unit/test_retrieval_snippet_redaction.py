@@ -1,0 +1,82 @@
+"""A recalled message is redacted whole before its snippet is cut from it.
+
+The stored text of a reply the model wrote (or of a message stored before a pattern was
+added) still holds its secrets; the prompt's ``<related_context>`` block is redacted when
+the prompt is assembled, but a snippet cut inside a secret leaves a part no pattern reads
+(the first characters of an ``sk-…`` key, of an ``AKIA…`` id), which then went upstream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.cascade.pipeline import StepInput, assemble, plan_step
+from proxy.cascade.types import Budget
+from proxy.config import Config
+from proxy.config_context import ContextConfig
+from proxy.embeddings import EMBED_CHARS
+from proxy.services import retrieval
+from proxy.session_id import SessionKey
+from proxy.store.embeddings import Claimed, Found
+from tests.unit.cascade.summary_builders import count, system, user
+
+KEY = "sk-proj-" + "Q7wZp3Lk9Xv2Rt5Yb8Nc4Md6Hf1Gj0Sa"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+LEAD = "The deploy used the key "  # the snippet is cut a few characters into the key
+
+
+class _Embedder:
+    model = "fake"
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+
+class _Hub:
+    def current(self) -> _Embedder:
+        return _Embedder()
+
+
+@pytest.mark.parametrize("secret", [KEY, AWS])
+async def test_a_snippet_cut_inside_a_secret_shows_none_of_it(
+    monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    said = f"{LEAD}{secret} yesterday."
+    found = [Found(4, "assistant", None, {"role": "assistant", "content": said}, "summarised", 0.9)]
+
+    async def search(conn: Any, **kw: Any) -> list[Found]:
+        return found
+
+    monkeypatch.setattr(retrieval, "embedders_here", _Hub)
+    monkeypatch.setattr(retrieval.store, "search_outside_prompt", search)
+    ctx = ContextConfig.model_validate(
+        {"retrieval": {"enabled": True, "snippetChars": len(LEAD) + 14}}
+    )
+    step = StepInput(
+        window=(system("s"), user("which key did the deploy use?")),
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
+        ctx=ctx,
+        answers={},
+    )
+    need = plan_step(step)["retrieval"]
+    answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
+    assert answer["hits"] == 1
+    sent = assemble(step, answers={"retrieval": answer}).messages[-1]["content"]
+    assert "[REDACTED]" in sent
+    assert secret[:12] not in sent, "no part of the secret goes upstream"
+
+
+@pytest.mark.parametrize("secret", [KEY, AWS])
+def test_a_message_cut_inside_a_secret_is_embedded_without_any_of_it(secret: str) -> None:
+    """The worker embeds a message's first ``EMBED_CHARS`` characters, redacted: a cut inside
+    a secret left its first characters for the embedding provider (a third party)."""
+    text = "x " * ((EMBED_CHARS - len(LEAD) - 6) // 2) + LEAD + secret + " yesterday."
+    claimed = Claimed(1, {"role": "assistant", "content": text})
+    embedded = retrieval._text(claimed, Config.model_validate({}))
+    assert len(embedded) <= EMBED_CHARS and "[REDAC" in embedded  # cut after redaction
+    assert secret[:6] not in embedded
