@@ -42,7 +42,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import asyncpg
 
@@ -51,7 +52,7 @@ from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.redaction import redact
 from proxy.cascade.summary import fold_summary
-from proxy.cascade.types import COMPACTION_COMPLETED, Message, TokenCounter
+from proxy.cascade.types import COMPACTION_COMPLETED, TokenCounter
 from proxy.observe import compaction_span
 from proxy.services.compaction_events import publish, report_started
 from proxy.services.compaction_failed import discarded, report_failed
@@ -66,7 +67,7 @@ from proxy.services.compaction_span import (
 )
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
-from proxy.services.promotion import promote
+from proxy.services.promotion import promote, promote_apart
 from proxy.stopping import StopClock, within_grace
 from proxy.store import leases as claims, sessions, steps, summaries
 from proxy.store.db import (
@@ -112,7 +113,8 @@ class DurableSummarizer:
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
-        self._promotions: set[asyncio.Task[None]] = set()
+        self._promotions: set[asyncio.Task[Any]] = set()  # and the compactions owing one
+        self._promoting = (upstream, bus, pool, acquire_timeout)  # promote_apart's first
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
         self._publish = functools.partial(publish, bus)  # a compaction's events (its bus)
 
@@ -176,8 +178,9 @@ class DurableSummarizer:
             yield conn
 
     async def aclose(self) -> None:
-        """Wait for the promotions running within the stop's grace (their facts are not
-        lost to a stop), then end what runs: a compaction closes as interrupted."""
+        """Wait within the stop's grace for the promotions running or owed (``_owes_facts``;
+        their facts are not lost to a stop), then end what runs: a compaction still before its
+        summary closes as interrupted, and a later one folds its span again."""
         lost = "their spans' facts are not extracted"
         try:
             await within_grace(self._stop, self._promotions, "memory promotion(s)", lost)
@@ -357,23 +360,27 @@ class DurableSummarizer:
             "identifiers_added": ledger.added,
             "identifiers_dropped": ledger.dropped,
         }
-        await self._publish(conn, job, COMPACTION_COMPLETED, completed)
-        if job.promotion != "off" and job.trigger in _FORCED:
-            await promote(self.upstream, self.bus, lent, job, span.plan.span, count=self.count)
-        elif job.promotion != "off":
-            self._promote_later(job, span.plan.span)
+        owing = self._owes_facts(job)  # from here a stop waits for it within its grace
+        try:
+            await self._publish(conn, job, COMPACTION_COMPLETED, completed)
+            if job.promotion != "off" and job.trigger in _FORCED:
+                await promote(self.upstream, self.bus, lent, job, span.plan.span, count=self.count)
+            elif job.promotion != "off":
+                task = promote_apart(*self._promoting, job, span.plan.span, count=self.count)
+                self._promotions.add(task)
+                task.add_done_callback(self._promotions.discard)
+        finally:
+            if owing is not None:
+                self._promotions.discard(owing)
         return CompactionResult(version, span.end_pos, folded, span.before, after)
 
-    def _promote_later(self, job: CompactionJob, span: Sequence[Message]) -> None:
-        """Promote ``span``'s facts in a task of its own, on a connection of its own: a
-        compaction the pressure started has a request waiting for it (the hard threshold, the
-        guard, or the next request behind a background one), and the summary is what that
-        request needs, not the facts."""
-
-        async def run() -> None:
-            async with Lent(self.pool, self.acquire_timeout) as lent:
-                await promote(self.upstream, self.bus, lent, job, span, count=self.count)
-
-        task = asyncio.create_task(requestlog.apart(run()), name=f"promote:{job.session_id}")
+    def _owes_facts(self, job: CompactionJob) -> asyncio.Task[Any] | None:
+        """The running background compaction, once its promotion is to follow: a stop waits
+        for it as for a promotion (``aclose``), since cut between its summary's insert and the
+        promotion's start the span's facts are never extracted (no later compaction folds it
+        again). A request's compaction is its request's, which the stop waits for."""
+        task = self._tasks.get((job.tenant, job.session_id))
+        if job.promotion == "off" or task is not asyncio.current_task() or task is None:
+            return None
         self._promotions.add(task)
-        task.add_done_callback(self._promotions.discard)
+        return task

@@ -18,6 +18,7 @@ so a slow extraction holds none (issue 24).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
@@ -26,6 +27,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy import requestlog
 from proxy.cascade.memory import (
     MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
@@ -46,7 +48,7 @@ from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_a
 from proxy.store import memory as store
 from proxy.store.db import Lent
 
-__all__ = ["promote"]
+__all__ = ["promote", "promote_apart"]
 
 log = logging.getLogger("cascade.memory")
 
@@ -96,6 +98,28 @@ async def promote(
         )
     except Exception as exc:  # a failed extraction never fails the compaction or the turn
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
+
+
+def promote_apart(
+    upstream: Any,
+    bus: Any,
+    pool: asyncpg.Pool,
+    acquire_timeout: float,
+    job: Any,
+    span: Sequence[Message],
+    *,
+    count: TokenCounter,
+) -> asyncio.Task[None]:
+    """:func:`promote` in a task of its own, on a connection of its own (``pool``'s): a
+    compaction the pressure started has a request waiting for it (the hard threshold, the
+    guard, or the next request behind a background one), and the summary is what that
+    request needs, not the facts."""
+
+    async def run() -> None:
+        async with Lent(pool, acquire_timeout) as lent:
+            await promote(upstream, bus, lent, job, span, count=count)
+
+    return asyncio.create_task(requestlog.apart(run()), name=f"promote:{job.session_id}")
 
 
 def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:
