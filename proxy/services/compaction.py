@@ -31,7 +31,8 @@
   claims the session before it ends; the hard threshold, the guard and a forced one do.
 - Memory promotion (``services/promotion.py``) follows a stored summary: inside a forced
   compaction, whose caller asked for all of it; in a task of its own after one the
-  pressure started, whose waiting request needs the summary only.
+  pressure started, whose waiting request needs the summary only. The summary's insert
+  leaves the session owing it until it ends (``services/promotion_owed.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import asyncpg
 
@@ -67,8 +67,9 @@ from proxy.services.compaction_span import (
 )
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
-from proxy.services.promotion import promote, promote_apart
-from proxy.stopping import StopClock, within_grace
+from proxy.services.promotion import promote
+from proxy.services.promotion_owed import Promotions
+from proxy.stopping import StopClock
 from proxy.store import leases as claims, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
@@ -113,8 +114,7 @@ class DurableSummarizer:
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
-        self._promotions: set[asyncio.Task[Any]] = set()  # and the compactions owing one
-        self._promoting = (upstream, bus, pool, acquire_timeout)  # promote_apart's first
+        self._promotions = Promotions(upstream, bus, pool, acquire_timeout)
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
         self._publish = functools.partial(publish, bus)  # a compaction's events (its bus)
 
@@ -178,19 +178,20 @@ class DurableSummarizer:
             yield conn
 
     async def aclose(self) -> None:
-        """Wait within the stop's grace for the promotions running or owed (``_owes_facts``;
+        """Wait within the stop's grace for the promotions running or owed (``Promotions``:
         their facts are not lost to a stop), then end what runs: a compaction still before its
-        summary closes as interrupted, and a later one folds its span again."""
-        lost = "their spans' facts are not extracted"
+        summary closes as interrupted, and a later one folds its span again; a promotion cut
+        is left owed to its session's next request."""
         try:
-            await within_grace(self._stop, self._promotions, "memory promotion(s)", lost)
+            await self._promotions.wait(self._stop)
         finally:
             await self._end_all()
 
     async def _end_all(self) -> None:
         await self._closer.aclose()
         cut = {key for key, task in self._tasks.items() if not task.done()}
-        tasks = [*self._tasks.values(), *self._promotions]
+        await self._promotions.cut()  # first: the compactions owing one among them
+        tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -342,6 +343,7 @@ class DurableSummarizer:
             model=job.fast_model,
             owner=span.owner,
             agent=job.agent,
+            owe_from=None if job.promotion == "off" else span.from_pos,
         )
         if version is None:  # the history changed, or the session's agent
             why, reason = await discarded(conn, job)
@@ -360,27 +362,20 @@ class DurableSummarizer:
             "identifiers_added": ledger.added,
             "identifiers_dropped": ledger.dropped,
         }
-        owing = self._owes_facts(job)  # from here a stop waits for it within its grace
-        try:
+        key, task = (job.tenant, job.session_id), asyncio.current_task()
+        owing = task if job.promotion != "off" and task is self._tasks.get(key) else None
+        with self._promotions.owing(owing, key):  # a stop waits for it, as for a promotion
             await self._publish(conn, job, COMPACTION_COMPLETED, completed)
+            owed, facts = (span.from_pos, span.end_pos), span.plan.span
             if job.promotion != "off" and job.trigger in _FORCED:
-                await promote(self.upstream, self.bus, lent, job, span.plan.span, count=self.count)
+                await promote(
+                    self.upstream, self.bus, lent, job, facts, count=self.count, owed=owed
+                )
             elif job.promotion != "off":
-                task = promote_apart(*self._promoting, job, span.plan.span, count=self.count)
-                self._promotions.add(task)
-                task.add_done_callback(self._promotions.discard)
-        finally:
-            if owing is not None:
-                self._promotions.discard(owing)
+                self._promotions.apart(job, facts, count=self.count, owed=owed)
         return CompactionResult(version, span.end_pos, folded, span.before, after)
 
-    def _owes_facts(self, job: CompactionJob) -> asyncio.Task[Any] | None:
-        """The running background compaction, once its promotion is to follow: a stop waits
-        for it as for a promotion (``aclose``), since cut between its summary's insert and the
-        promotion's start the span's facts are never extracted (no later compaction folds it
-        again). A request's compaction is its request's, which the stop waits for."""
-        task = self._tasks.get((job.tenant, job.session_id))
-        if job.promotion == "off" or task is not asyncio.current_task() or task is None:
-            return None
-        self._promotions.add(task)
-        return task
+    def resume_owed(self, job: CompactionJob) -> None:
+        """Take over the promotion the session owes (``Promotions.resume``), for a request
+        whose session row says one is owed past its due time."""
+        self._promotions.resume(job, count=self.count)

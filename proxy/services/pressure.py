@@ -59,6 +59,13 @@ def compaction_job(
     )
 
 
+def owed_due(due: object, now: datetime) -> bool:
+    """Whether a session row's ``promotion_due`` (ISO text, as the row's JSON carries it)
+    names a promotion owed and past its due time (``summaries.take_owed`` decides on the
+    database's clock; this spares the statement while none is)."""
+    return due is not None and datetime.fromisoformat(str(due)) <= now
+
+
 def admitted(ctx: ChatContext, agent: str) -> Callable[[], object] | None:
     """``ctx.admit`` held to the session's ``agent`` too: a key a reload limited to other
     agents while the chat waited is the 403 it gets as it takes the session, naming it."""
@@ -135,12 +142,12 @@ class PressureRelief:
         backs off after a failed compaction (``cascade.pressure.backing_off``, as the row
         read at the start of the request says; the claim checks it again on the database's
         clock)."""
-        s = rt.ctx.summarize
+        s, row, now = rt.ctx.summarize, state.session, datetime.now(UTC)
+        if owed_due(row.get("promotion_due"), now):  # a stop or a kill cut its promotion
+            self.summarizer.resume_owed(compaction_job(cfg, rt, ctx, "owed"))
         need = compaction_need(budgets.pressure(state, rt, body, fixed), s)
         if need is None:
             return state
-        row = state.session
-        now = datetime.now(UTC)
         if need.trigger == "soft" and backing_off(
             row.get("compaction_owner"), row.get("compaction_expires"), now
         ):

@@ -42,6 +42,7 @@ SHIPPED = {  # version: sha256 of the file, as store.db computes it
     28: "4bfbaa4ae408cc43b47caf662f9e0e5dd98f9afbe6d686e370c4dd985beafb54",
     29: "3048fbbc079ec16945d1a79654753ef93bf97b5883d8bba397552e9606fb52a4",
     30: "18dfaaaa907d54379e671268d2643087e5a20316f4392fd0b5b5064e754f9539",
+    32: "8ba6c48a556d3f1fddc2ca0b0b808056fd408ca45f771930182f43937ee8ac5c",
 }
 
 

@@ -43,18 +43,20 @@ def _flag_cleared() -> Iterator[None]:
 class HeldCompleted:
     """Holds a compaction's completed event, the statement after its summary's insert and
     before its promotion's start, until the stop's close of the compactions has begun and
-    0.3 s more have passed (time for a close that cancels it at once to do so)."""
+    ``then`` seconds more have passed (0.3: time for a close that cancels it at once to do
+    so), while :attr:`active`."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, then: float = 0.3) -> None:
         self.reached, self.closing = threading.Event(), threading.Event()
+        self.active = True
         publish, aclose = compaction.publish, compaction.DurableSummarizer.aclose
 
         async def held(bus: Any, conn: Any, job: Any, name: str, data: dict[str, Any]) -> None:
-            if name == COMPACTION_COMPLETED:
+            if name == COMPACTION_COMPLETED and self.active:
                 self.reached.set()
                 while not self.closing.is_set():
                     await asyncio.sleep(0.01)
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(then)
             await publish(bus, conn, job, name, data)
 
         async def closing(summarizer: compaction.DurableSummarizer) -> None:
@@ -83,6 +85,35 @@ def test_a_stop_after_the_summary_still_promotes_its_span(
         names = [e["name"] for e in compaction_events(s, "cut-facts")]
     assert facts == [{"fact": "The parser is src/parse.py", "source_session": "cut-facts"}]
     assert names == [STARTED, COMPACTION_COMPLETED]
+
+
+def test_a_promotion_a_stop_cut_past_its_grace_is_taken_over_by_the_next_request(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a kill leaves too (then due ``summaries.OWED_SECONDS`` after the insert): the
+    session owes the span's promotion, and its next request, in the next process, runs it."""
+    held = HeldCompleted(monkeypatch, then=10.0)  # past the grace: cut there
+    model = HeldFacts()
+    model.held.allow(10)
+    settings = {"stop_grace_seconds": 0.3}
+    with stack(tmp_path, db_dsn, fake_upstream, model, context=CONTEXT, settings=settings) as s:
+        agent = Agent(s.client("owed"))
+        agent.fill()
+        assert held.reached.wait(5), "the compaction never stored its summary"
+        s.proxy._server.handle_exit(signal.SIGTERM, None)
+        s.proxy.stop()
+        assert s.query("SELECT fact FROM memory") == []
+        owed = "SELECT promotion_from, promotion_due <= now() AS due FROM sessions WHERE id = $1"
+        assert s.query(owed, "owed") == [{"promotion_from": 1, "due": True}]
+    AppStatus.should_exit = False
+    held.active = False
+    with stack(tmp_path, db_dsn, fake_upstream, model, context=CONTEXT) as s:
+        agent.client = s.client("owed")
+        agent.say("and on")
+        facts = wait_until(lambda: s.query("SELECT fact, source_session FROM memory"))
+        assert s.query(owed, "owed") == [{"promotion_from": None, "due": None}]
+    assert facts == [{"fact": "The parser is src/parse.py", "source_session": "owed"}]
+    assert model.extractions == 1
 
 
 def test_a_stop_during_the_fast_models_call_leaves_the_span_to_the_next_process(
