@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from sse_starlette.sse import AppStatus
 
 from proxy.cascade.types import COMPACTION_COMPLETED
 from proxy.services import compaction
+from proxy.store import summaries
 from tests.fakes.replies import Pacer
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import (
@@ -113,6 +115,32 @@ def test_a_promotion_a_stop_cut_past_its_grace_is_taken_over_by_the_next_request
         facts = wait_until(lambda: s.query("SELECT fact, source_session FROM memory"))
         assert s.query(owed, "owed") == [{"promotion_from": None, "due": None}]
     assert facts == [{"fact": "The parser is src/parse.py", "source_session": "owed"}]
+    assert model.extractions == 1
+
+
+def test_a_promotion_whose_process_died_is_taken_over_once_due(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a kill leaves it: replica 0 never gets past the insert (held there), and the
+    session's next request, on replica 1, takes the promotion over once it is due."""
+    monkeypatch.setattr(summaries, "OWED_SECONDS", 0.5)
+    held = HeldCompleted(monkeypatch, then=10.0)
+    model = HeldFacts()
+    model.held.allow(10)
+    settings = {"stop_grace_seconds": 0.3}
+    with stack(
+        tmp_path, db_dsn, fake_upstream, model, context=CONTEXT, settings=settings, replicas=2
+    ) as s:
+        agent = Agent(s.client("died"))
+        agent.fill()
+        assert held.reached.wait(5), "the compaction never stored its summary"
+        agent.client = s.client("died", replica=1)
+        agent.say("and on")  # not due yet: replica 0 may still promote it
+        assert model.extractions == 0
+        time.sleep(0.6)
+        agent.say("and on again")
+        facts = wait_until(lambda: s.query("SELECT fact, source_session FROM memory"))
+    assert facts == [{"fact": "The parser is src/parse.py", "source_session": "died"}]
     assert model.extractions == 1
 
 
