@@ -63,7 +63,9 @@ def owed_due(due: object, now: datetime) -> bool:
     """Whether a session row's ``promotion_due`` (ISO text, as the row's JSON carries it)
     names a promotion owed and past its due time (``summaries.take_owed`` decides on the
     database's clock; this spares the statement while none is)."""
-    return due is not None and datetime.fromisoformat(str(due)) <= now
+    if due is None:
+        return False
+    return (due if isinstance(due, datetime) else datetime.fromisoformat(str(due))) <= now
 
 
 def admitted(ctx: ChatContext, agent: str) -> Callable[[], object] | None:

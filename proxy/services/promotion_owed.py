@@ -28,7 +28,7 @@ from proxy.cascade.types import Message, TokenCounter
 from proxy.services.promotion import promote
 from proxy.stopping import StopClock, within_grace
 from proxy.store import messages as msgs, summaries
-from proxy.store.db import DatabaseUnavailable, Lent, PoolExhausted, borrowed
+from proxy.store.db import Lent, borrowed
 
 __all__ = ["Promotions"]
 
@@ -69,14 +69,18 @@ class Promotions:
         """Take over the promotion the session owes (``summaries.take_owed``), for a request
         of the session (``job``, built for it: its fast model, its credentials), on the owed
         span's stored messages read as a compaction reads its span (``/compact`` exchanges
-        dropped, redacted with the agent's patterns); nothing when another took it."""
+        dropped, redacted with the agent's patterns); nothing when another took it, and
+        settled unpromoted when the agent's promotion is off now."""
 
         async def run() -> None:
             key = {"tenant": job.tenant, "session_id": job.session_id}
-            with contextlib.suppress(DatabaseUnavailable, PoolExhausted):  # it stays owed
+            try:
                 async with Lent(self.pool, self.acquire_timeout) as lent:
                     conn = await lent.take()
                     if (owed := await summaries.take_owed(conn, **key)) is None:
+                        return
+                    if job.promotion == "off":  # turned off since: nothing to promote to
+                        await summaries.settle_owed(conn, **key, span=owed)
                         return
                     rows = await msgs.fetch_window(conn, **key, system_count=0, from_pos=owed[0])
                     span: Sequence[Message] = drop_commands(
@@ -86,6 +90,12 @@ class Promotions:
                         span = [redact_written(m, job.redaction)[0] for m in span]
                     log.info("memory promotion for %s: taking over the one owed", job.session_id)
                     await promote(self.upstream, self.bus, lent, job, span, count=count, owed=owed)
+            except Exception as exc:  # it stays owed, for a later request
+                log.warning(
+                    "memory promotion owed by %s not taken over: %s",
+                    job.session_id,
+                    type(exc).__name__,
+                )
 
         self._keep(run(), job, "promote-owed")
 

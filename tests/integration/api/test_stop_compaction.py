@@ -168,3 +168,22 @@ def test_a_stop_during_the_fast_models_call_leaves_the_span_to_the_next_process(
     assert names == [STARTED, FAILED, STARTED, COMPACTION_COMPLETED]
     assert "Fix the parser" in str(sent)  # the briefing is in the next prompt
     assert not any("t0 " in str(m.get("content")) for m in sent)  # its span folded away
+
+
+def test_a_promotion_owed_where_promotion_is_off_now_is_settled_unpromoted(
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+) -> None:
+    model = HeldFacts()
+    model.held.allow(10)
+    with stack(tmp_path, db_dsn, fake_upstream, model) as s:  # memoryPromotion off
+        agent = Agent(s.client("off-now"))
+        agent.say("hello")
+        s.query(
+            "UPDATE sessions SET promotion_from = 1, promotion_to = 2, promotion_due = now()"
+            " WHERE id = $1",
+            "off-now",
+        )
+        agent.say("again")
+        owed = "SELECT promotion_from FROM sessions WHERE id = $1"
+        wait_until(lambda: s.query(owed, "off-now") == [{"promotion_from": None}])
+    assert model.extractions == 0
