@@ -143,7 +143,8 @@ class PressureRelief:
         overflow guard fits what is left). A soft need starts nothing while the session
         backs off after a failed compaction (``cascade.pressure.backing_off``, as the row
         read at the start of the request says; the claim checks it again on the database's
-        clock)."""
+        clock). A row that says the session owes a memory promotion past its due time (a stop
+        or a kill cut it) starts its takeover apart from the step (``Promotions.resume``)."""
         s, row, now = rt.ctx.summarize, state.session, datetime.now(UTC)
         if owed_due(row.get("promotion_due"), now):  # a stop or a kill cut its promotion
             self.summarizer.resume_owed(compaction_job(cfg, rt, ctx, "owed"))
