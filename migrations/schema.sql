@@ -862,7 +862,10 @@ CREATE TABLE public.sessions (
     lease_queue uuid[],
     lease_queue_expires timestamp with time zone[],
     reclaimed_truncation bigint DEFAULT 0 NOT NULL,
-    reclaimed_summarisation bigint DEFAULT 0 NOT NULL
+    reclaimed_summarisation bigint DEFAULT 0 NOT NULL,
+    promotion_from integer,
+    promotion_to integer,
+    promotion_due timestamp with time zone
 );
 
 CREATE TABLE public.summaries (

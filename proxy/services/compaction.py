@@ -31,7 +31,8 @@
   claims the session before it ends; the hard threshold, the guard and a forced one do.
 - Memory promotion (``services/promotion.py``) follows a stored summary: inside a forced
   compaction, whose caller asked for all of it; in a task of its own after one the
-  pressure started, whose waiting request needs the summary only.
+  pressure started, whose waiting request needs the summary only. The summary's insert
+  leaves the session owing it until it ends (``services/promotion_owed.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
@@ -51,7 +52,7 @@ from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.redaction import redact
 from proxy.cascade.summary import fold_summary
-from proxy.cascade.types import COMPACTION_COMPLETED, Message, TokenCounter
+from proxy.cascade.types import COMPACTION_COMPLETED, TokenCounter
 from proxy.observe import compaction_span
 from proxy.services.compaction_events import publish, report_started
 from proxy.services.compaction_failed import discarded, report_failed
@@ -67,7 +68,8 @@ from proxy.services.compaction_span import (
 from proxy.services.interrupted import Closer
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
-from proxy.stopping import StopClock, within_grace
+from proxy.services.promotion_owed import Promotions
+from proxy.stopping import StopClock
 from proxy.store import leases as claims, sessions, steps, summaries
 from proxy.store.db import (
     Connection,
@@ -112,7 +114,7 @@ class DurableSummarizer:
         self.bus = bus
         self.count = count
         self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
-        self._promotions: set[asyncio.Task[None]] = set()
+        self._promotions = Promotions(upstream, bus, pool, acquire_timeout)
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
         self._publish = functools.partial(publish, bus)  # a compaction's events (its bus)
 
@@ -176,18 +178,20 @@ class DurableSummarizer:
             yield conn
 
     async def aclose(self) -> None:
-        """Wait for the promotions running within the stop's grace (their facts are not
-        lost to a stop), then end what runs: a compaction closes as interrupted."""
-        lost = "their spans' facts are not extracted"
+        """Wait within the stop's grace for the promotions running or owed (``Promotions``:
+        their facts are not lost to a stop), then end what runs: a compaction still before its
+        summary closes as interrupted, and a later one folds its span again; a promotion cut
+        is left owed to its session's next request."""
         try:
-            await within_grace(self._stop, self._promotions, "memory promotion(s)", lost)
+            await self._promotions.wait(self._stop)
         finally:
             await self._end_all()
 
     async def _end_all(self) -> None:
         await self._closer.aclose()
         cut = {key for key, task in self._tasks.items() if not task.done()}
-        tasks = [*self._tasks.values(), *self._promotions]
+        await self._promotions.cut()  # first: the compactions owing one among them
+        tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -339,6 +343,7 @@ class DurableSummarizer:
             model=job.fast_model,
             owner=span.owner,
             agent=job.agent,
+            owe_from=None if job.promotion == "off" else span.from_pos,
         )
         if version is None:  # the history changed, or the session's agent
             why, reason = await discarded(conn, job)
@@ -357,23 +362,20 @@ class DurableSummarizer:
             "identifiers_added": ledger.added,
             "identifiers_dropped": ledger.dropped,
         }
-        await self._publish(conn, job, COMPACTION_COMPLETED, completed)
-        if job.promotion != "off" and job.trigger in _FORCED:
-            await promote(self.upstream, self.bus, lent, job, span.plan.span, count=self.count)
-        elif job.promotion != "off":
-            self._promote_later(job, span.plan.span)
+        key, task = (job.tenant, job.session_id), asyncio.current_task()
+        owing = task if job.promotion != "off" and task is self._tasks.get(key) else None
+        with self._promotions.owing(owing, key):  # a stop waits for it, as for a promotion
+            await self._publish(conn, job, COMPACTION_COMPLETED, completed)
+            owed, facts = (span.from_pos, span.end_pos), span.plan.span
+            if job.promotion != "off" and job.trigger in _FORCED:
+                await promote(
+                    self.upstream, self.bus, lent, job, facts, count=self.count, owed=owed
+                )
+            elif job.promotion != "off":
+                self._promotions.apart(job, facts, count=self.count, owed=owed)
         return CompactionResult(version, span.end_pos, folded, span.before, after)
 
-    def _promote_later(self, job: CompactionJob, span: Sequence[Message]) -> None:
-        """Promote ``span``'s facts in a task of its own, on a connection of its own: a
-        compaction the pressure started has a request waiting for it (the hard threshold, the
-        guard, or the next request behind a background one), and the summary is what that
-        request needs, not the facts."""
-
-        async def run() -> None:
-            async with Lent(self.pool, self.acquire_timeout) as lent:
-                await promote(self.upstream, self.bus, lent, job, span, count=self.count)
-
-        task = asyncio.create_task(requestlog.apart(run()), name=f"promote:{job.session_id}")
-        self._promotions.add(task)
-        task.add_done_callback(self._promotions.discard)
+    def resume_owed(self, job: CompactionJob) -> None:
+        """Take over the promotion the session owes (``Promotions.resume``), for a request
+        whose session row says one is owed past its due time."""
+        self._promotions.resume(job, count=self.count)

@@ -59,6 +59,15 @@ def compaction_job(
     )
 
 
+def owed_due(due: object, now: datetime) -> bool:
+    """Whether a session row's ``promotion_due`` (ISO text, as the row's JSON carries it)
+    names a promotion owed and past its due time (``summaries.take_owed`` decides on the
+    database's clock; this spares the statement while none is)."""
+    if due is None:
+        return False
+    return (due if isinstance(due, datetime) else datetime.fromisoformat(str(due))) <= now
+
+
 def admitted(ctx: ChatContext, agent: str) -> Callable[[], object] | None:
     """``ctx.admit`` held to the session's ``agent`` too: a key a reload limited to other
     agents while the chat waited is the 403 it gets as it takes the session, naming it."""
@@ -134,13 +143,14 @@ class PressureRelief:
         overflow guard fits what is left). A soft need starts nothing while the session
         backs off after a failed compaction (``cascade.pressure.backing_off``, as the row
         read at the start of the request says; the claim checks it again on the database's
-        clock)."""
-        s = rt.ctx.summarize
+        clock). A row that says the session owes a memory promotion past its due time (a stop
+        or a kill cut it) starts its takeover apart from the step (``Promotions.resume``)."""
+        s, row, now = rt.ctx.summarize, state.session, datetime.now(UTC)
+        if owed_due(row.get("promotion_due"), now):  # a stop or a kill cut its promotion
+            self.summarizer.resume_owed(compaction_job(cfg, rt, ctx, "owed"))
         need = compaction_need(budgets.pressure(state, rt, body, fixed), s)
         if need is None:
             return state
-        row = state.session
-        now = datetime.now(UTC)
         if need.trigger == "soft" and backing_off(
             row.get("compaction_owner"), row.get("compaction_expires"), now
         ):

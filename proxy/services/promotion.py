@@ -13,11 +13,13 @@ It runs after the compaction that folded the span, inside a forced one (which le
 its connection) and in a task of its own after one the pressure started (a request waits
 for that one, and needs its summary, not the facts). Either way the connection (``Lent``)
 goes back to the pool before the fast model is asked and is borrowed again only to write,
-so a slow extraction holds none (issue 24).
+so a slow extraction holds none (issue 24). A promotion that a stop or a kill cuts is owed
+by its session, and its next request takes it over (``services/promotion_owed.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import secrets
@@ -44,8 +46,8 @@ from proxy.cascade.text import content_text
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.services.memory import GLOBAL
-from proxy.store import memory as store
-from proxy.store.db import Lent
+from proxy.store import memory as store, summaries
+from proxy.store.db import DatabaseUnavailable, Lent, PoolExhausted
 
 __all__ = ["promote"]
 
@@ -82,11 +84,16 @@ async def promote(
     span: Sequence[Message],
     *,
     count: TokenCounter,
+    owed: tuple[int, int] | None = None,
 ) -> None:
     """Extract, sanitise and suggest or store the facts of ``span`` (``job``: the
     compaction's ``CompactionJob``; ``lent``: its connection, given back while the fast
     model answers; ``count``: the session's token counter, which fits the request to the
-    fast model's window); never raises."""
+    fast model's window); never raises. ``owed``: the span's positions, which the session
+    owes a promotion for (``summaries.insert_summary``) and owes no more once it ends, its
+    failures too (they are no stop's: a fast model that refused it would refuse it again);
+    one the database cut, or a cancellation, leaves it owed for the next request."""
+    settled = owed is not None
     try:
         await _promote(upstream, bus, lent, job, span, count)
     except asyncpg.ForeignKeyViolationError:  # no session left to record a suggestion in
@@ -96,7 +103,14 @@ async def promote(
             "memory promotion for %s: the fast model's answer was refused: %s", job.session_id, exc
         )
     except Exception as exc:  # a failed extraction never fails the compaction or the turn
+        settled = settled and not isinstance(exc, DatabaseUnavailable | PoolExhausted)
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
+    if settled and owed is not None:
+        with contextlib.suppress(Exception):  # still owed: the next request takes it over
+            conn = await lent.take()
+            await summaries.settle_owed(
+                conn, tenant=job.tenant, session_id=job.session_id, span=owed
+            )
 
 
 def _readable(span: Sequence[Message], job: Any) -> Sequence[Message]:

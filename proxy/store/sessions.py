@@ -254,7 +254,8 @@ RESET_SESSION = [
     """UPDATE sessions SET head_len = 0, head_hash = NULL, system_count = 0,
        last_prompt_tokens = NULL, last_estimate = NULL, calibration = 1.0,
        reclaimed_tokens = 0, reclaimed_truncation = 0, reclaimed_summarisation = 0,
-       handoff_above = false, turn_key = NULL, turn_blocks = NULL, updated_at = now()
+       handoff_above = false, turn_key = NULL, turn_blocks = NULL, promotion_from = NULL,
+       promotion_to = NULL, promotion_due = NULL, updated_at = now()
        WHERE tenant = $1 AND id = $2""",
 ]
 

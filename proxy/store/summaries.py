@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -19,7 +20,16 @@ __all__ = [
     "invalidate_after",
     "fetch_summaries",
     "fetchrow_stored_by",
+    "OWED_SECONDS",
+    "take_owed",
+    "settle_owed",
+    "due_now",
 ]
+
+OWED_SECONDS = 300.0
+"""How long a stored summary's own memory promotion is trusted to run before a request of
+the session takes it over (``take_owed``): a fast-model call ends well within it, so the
+span is promoted twice only when the process that stored it is gone."""
 
 FETCHROW_LATEST = """
 SELECT version, boundary, boundary_hash, content, tokens, model, created_at FROM summaries
@@ -80,6 +90,7 @@ async def insert_summary(
     model: str | None,
     owner: uuid.UUID | None = None,
     agent: str | None = None,
+    owe_from: int | None = None,
 ) -> int | None:
     """Insert the next version; None when the last folded message is no longer live, or
     when ``owner`` (a compaction) no longer holds the session's compaction claim, or the
@@ -120,6 +131,10 @@ async def insert_summary(
     (locking it after the message row would order the locks against a step's, which takes
     the session row first): a move that commits while the statement runs orders after the
     summary, as one made just after it would, which the new agent's prompts then carry.
+
+    With ``owner`` and ``owe_from``, the session owes the memory promotion of the span from
+    ``owe_from`` to ``boundary`` (``OWE``), in the insert's transaction: a stop or a kill
+    after the insert leaves it owed for the next request (``take_owed``), not lost.
     """
     args: tuple[Any, ...] = (tenant, session_id, boundary, boundary_hash, encode(content))
     args += (tokens, None if model is None else encode(model), owner, agent)
@@ -136,7 +151,46 @@ async def insert_summary(
         if not await lent.fetchval(LOCK_CLAIM, tenant, session_id, owner):
             return None
         version = await lent.fetchval(INSERT_SUMMARY, *args)
+        if version is not None and owe_from is not None:
+            await lent.execute(OWE, tenant, session_id, owe_from, boundary, OWED_SECONDS)
     return None if version is None else int(version)
+
+
+# A span owed already (its promotion running, or cut) is widened, not replaced: the owed
+# span's start is the older one's, so nothing owed is forgotten by the next compaction.
+OWE = """
+UPDATE sessions SET promotion_from = least(promotion_from, $3), promotion_to = $4,
+    promotion_due = now() + make_interval(secs => $5)
+WHERE tenant = $1 AND id = $2
+"""
+
+TAKE_OWED = """
+UPDATE sessions SET promotion_due = now() + make_interval(secs => $3)
+WHERE tenant = $1 AND id = $2 AND promotion_due < now()
+RETURNING promotion_from, promotion_to
+"""
+
+
+async def take_owed(conn: Executor, *, tenant: str, session_id: str) -> tuple[int, int] | None:
+    """The span whose promotion the session owes, once that is past its due time (its own
+    promotion stopped, or its process is gone), taken for another ``OWED_SECONDS``: a
+    request on another replica at the same time finds it taken."""
+    row = await conn.fetchrow(TAKE_OWED, tenant, session_id, OWED_SECONDS)
+    return None if row is None else (int(row["promotion_from"]), int(row["promotion_to"]))
+
+
+SETTLE_OWED = """
+UPDATE sessions SET promotion_from = NULL, promotion_to = NULL, promotion_due = NULL
+WHERE tenant = $1 AND id = $2 AND promotion_from = $3 AND promotion_to = $4
+"""
+
+
+async def settle_owed(
+    conn: Executor, *, tenant: str, session_id: str, span: tuple[int, int]
+) -> None:
+    """The promotion of ``span`` ended (its facts stored, suggested, or its failure logged):
+    owed no more, unless the owed span is another now (a later compaction widened it)."""
+    await conn.execute(SETTLE_OWED, tenant, session_id, *span)
 
 
 INVALIDATE_AFTER = """
@@ -188,3 +242,16 @@ async def fetchrow_stored_by(conn: Executor, started_id: int) -> dict[str, Any] 
     has no completed event though its summary is there."""
     row = await conn.fetchrow(FETCHROW_STORED_BY, started_id)
     return None if row is None else dict(row)
+
+
+DUE_NOW = """
+UPDATE sessions SET promotion_due = now()
+WHERE (tenant, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+  AND promotion_due > now()
+"""
+
+
+async def due_now(conn: Executor, keys: Collection[tuple[str, str]]) -> None:
+    """The promotions owed by ``keys``' sessions (tenant, id), cut by a stop: due at once,
+    for the sessions' next requests to take over without waiting out ``OWED_SECONDS``."""
+    await conn.execute(DUE_NOW, [k[0] for k in keys], [k[1] for k in keys])

@@ -1,0 +1,84 @@
+"""The memory promotion a stored summary owes (migration 0032, ``summaries.insert_summary``,
+``take_owed``, ``settle_owed``, ``due_now``): set in the insert's transaction, taken over
+by one request once past its due time, settled only for the span it names."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+
+from proxy.store import leases, sessions, summaries
+from tests.integration.store.helpers import create_session
+
+T, S = "t-a", "s1"
+KEY = {"tenant": T, "session_id": S}
+
+
+@pytest.fixture
+async def conn(pool: asyncpg.Pool) -> Any:
+    async with pool.acquire() as c:  # no messages: a summary without a boundary hash
+        await create_session(c, tenant=T, session_id=S, agent="default", model="m")
+        yield c
+
+
+async def fold(conn: Any, boundary: int, owe_from: int | None) -> int | None:
+    owner = uuid.uuid4()
+    assert await leases.claim_compaction(conn, **KEY, owner=owner, ttl=30)
+    try:
+        return await summaries.insert_summary(
+            conn,
+            **KEY,
+            boundary=boundary,
+            boundary_hash=None,
+            content=f"brief {boundary}",
+            tokens=3,
+            model="fast-model",
+            owner=owner,
+            owe_from=owe_from,
+        )
+    finally:
+        await leases.release_compaction(conn, **KEY, owner=owner)
+
+
+async def owed(conn: Any) -> tuple[Any, ...]:
+    row = await conn.fetchrow(
+        "SELECT promotion_from, promotion_to, promotion_due > now() AS later FROM sessions"
+        " WHERE tenant = $1 AND id = $2",
+        T,
+        S,
+    )
+    return tuple(row)
+
+
+async def test_a_summary_owes_its_span_until_its_promotion_settles_it(conn: Any) -> None:
+    assert await fold(conn, 6, owe_from=None) == 1
+    assert await owed(conn) == (None, None, None)  # promotion off: nothing owed
+    assert await fold(conn, 10, owe_from=6) == 2
+    assert await owed(conn) == (6, 10, True)
+    assert await summaries.take_owed(conn, **KEY) is None  # its own promotion may still run
+    await summaries.settle_owed(conn, **KEY, span=(6, 10))
+    assert await owed(conn) == (None, None, None)
+
+
+async def test_a_later_summary_widens_what_is_owed_and_its_promotion_settles_only_its_own(
+    conn: Any,
+) -> None:
+    await fold(conn, 6, owe_from=2)
+    await fold(conn, 12, owe_from=6)  # the first one's promotion was cut
+    await summaries.settle_owed(conn, **KEY, span=(6, 12))  # the second's own: not all owed
+    assert await owed(conn) == (2, 12, True)
+    await summaries.due_now(conn, {(T, S), ("t-b", "other")})  # a stop cut it
+    assert await summaries.take_owed(conn, **KEY) == (2, 12)
+    assert await owed(conn) == (2, 12, True)  # taken: another request does not take it
+    assert await summaries.take_owed(conn, **KEY) is None
+    await summaries.settle_owed(conn, **KEY, span=(2, 12))
+    assert await owed(conn) == (None, None, None)
+
+
+async def test_a_reset_forgets_what_its_history_owed(conn: Any) -> None:
+    await fold(conn, 10, owe_from=2)
+    assert await sessions.reset_session(conn, **KEY)
+    assert await owed(conn) == (None, None, None)
