@@ -52,14 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
     """The hint for a command's option given before the command's name (``cascade-proxy
     --json sessions ls``), which the top parser does not take: the error is the command's,
-    whose usage lists the option, so it says where the option goes; else nothing."""
+    whose usage lists the option, so it says where the option goes: after the action's
+    name (``sessions ls --limit=1``), which takes each of its options, where ``sessions``
+    takes its client options alone; else nothing."""
     given = list(sys.argv[1:] if argv is None else argv)
     at = given.index(args.command) if args.command in given else 0
     known = command._option_string_actions
     if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
         return ""
-    moved = [args.command, *given[:at], *given[at + 1 :]]
-    return f" (an option of {args.command} goes after the command's name: cascade-proxy " + (
+    action = getattr(args, "action", None)
+    end = given.index(action, at + 1) if action in given[at + 1 :] else at
+    moved = [*given[at : end + 1], *given[:at], *given[end + 1 :]]
+    named = args.command if end == at else f"{args.command} {action}"
+    return f" (an option of {named} goes after the command's name: cascade-proxy " + (
         f"{shlex.join(moved)})"
     )
 
