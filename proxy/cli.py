@@ -69,6 +69,19 @@ def _misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, arg
     )
 
 
+def _valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
+    """The hint for a command's option with a value given before the command's name
+    (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
+    its value as the command's name, an invalid choice. The options go after the rest,
+    where the action takes them; none for a rest that ends its options with ``--``."""
+    names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    at = next((i for i, token in enumerate(given) if token in names), 0)
+    if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
+        return ""
+    moved = shlex.join([*given[at:], *given[:at]])
+    return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
+
+
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
     """The parser of the command ``args`` names (``sessions ls``), down its subcommands."""
     for action in parser._actions:
@@ -114,6 +127,8 @@ class _Parser(argparse.ArgumentParser):
     """The command line ``main`` reads, whose secrets an error masks."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("argument COMMAND: invalid choice"):
+            message += _valued_before(self, self.given)
         message = _unquoted_secrets(message, self.given)
         if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() != "json":
             super().error(message)

@@ -348,6 +348,8 @@ def test_an_unknown_argument_shows_the_usage_of_the_command_it_was_given_to(
         (["--url=http://h:1", "memory", "ls"], "cascade-proxy memory ls --url=http://h:1"),
         (["--limit=1", "sessions", "messages", "s"], "cascade-proxy sessions messages --limit=1 s"),
         (["--json", "sessions", "show", "s1"], "cascade-proxy sessions show --json s1"),
+        (["--limit", "1", "sessions", "ls"], "cascade-proxy sessions ls --limit 1"),  # 1: COMMAND
+        (["--url", "http://h:1", "memory", "ls"], "cascade-proxy memory ls --url http://h:1"),
     ],
 )
 def test_a_commands_option_given_before_the_command_says_where_it_goes(
