@@ -28,22 +28,29 @@ def offset_of(args: argparse.Namespace) -> int:
 
 
 def past_the_end(
-    render: Callable[[dict[str, Any]], str], args: argparse.Namespace, what: str, whose: str
+    render: Callable[[dict[str, Any]], str],
+    args: argparse.Namespace,
+    what: str,
+    whose: str,
+    *,
+    filtered: bool = False,
 ) -> Callable[[dict[str, Any]], str]:
     """``render``, but an empty page at ``--offset`` N says that nothing is at N or past it,
     and one at ``--cursor`` that the list ends there: "no ``what``" would read as if
     ``whose`` (this API key, a session, a scope) had none. The API gives no count, so all
-    that is known at N is that there are at most N. ``render`` alone for a first page."""
+    that is known at N is that there are at most N; of a ``filtered`` list, that at most N
+    match, not that ``whose`` has at most N. ``render`` alone for a first page."""
     n, cursor = offset_of(args), getattr(args, "cursor", "")
     if not n and not cursor:
         return render
+    bound = f"at most {n} match, for {whose}" if filtered else f"{whose} has at most {n}"
 
     def shown(body: dict[str, Any]) -> str:
         if body["data"]:
             return render(body)
         if cursor:
             return f"no {what} past that --cursor (the list ends there)"
-        return f"no {what} at --offset {n} or past it ({whose} has at most {n})"
+        return f"no {what} at --offset {n} or past it ({bound})"
 
     return shown
 

@@ -172,7 +172,8 @@ def run_sessions(args: argparse.Namespace, url: str, key: str | None, key_from: 
         if args.action == "ls" and args.filter:  # none matching is not none for the key
             what = f'sessions matching "{args.filter}"'
             render = functools.partial(_ls, what=what)
-        render = past_the_end(render, args, what, whose)
+        filtered = args.action == "ls" and bool(args.filter)
+        render = past_the_end(render, args, what, whose, filtered=filtered)
     return call_api(
         args,
         url,

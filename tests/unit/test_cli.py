@@ -344,15 +344,21 @@ def test_an_unknown_argument_shows_the_usage_of_the_command_it_was_given_to(
 @pytest.mark.parametrize(
     ("argv", "hint"),
     [
-        (["--json", "sessions", "ls"], "cascade-proxy sessions --json ls"),
-        (["--url=http://h:1", "memory", "ls"], "cascade-proxy memory --url=http://h:1 ls"),
+        (["--json", "sessions", "ls"], "cascade-proxy sessions ls --json"),
+        (["--url=http://h:1", "memory", "ls"], "cascade-proxy memory ls --url=http://h:1"),
+        (["--limit=1", "sessions", "messages", "s"], "cascade-proxy sessions messages --limit=1 s"),
+        (["--json", "sessions", "show", "s1"], "cascade-proxy sessions show --json s1"),
+        (["--limit", "1", "sessions", "ls"], "cascade-proxy sessions ls --limit 1"),  # 1: COMMAND
+        (["--url", "http://h:1", "memory", "ls"], "cascade-proxy memory ls --url http://h:1"),
     ],
 )
 def test_a_commands_option_given_before_the_command_says_where_it_goes(
     argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``cascade-proxy --json sessions ls``: the error is the command's, whose usage lists
-    ``--json``; without the hint it read as a contradiction."""
+    ``--json``; without the hint it read as a contradiction. The hint puts the option after
+    the action's name, where each option of the action is taken (``sessions --limit=1 ls``
+    is refused: ``--limit`` is ``ls``'s, not ``sessions``')."""
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2

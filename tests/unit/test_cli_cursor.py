@@ -119,7 +119,8 @@ def test_no_sessions_matching_a_filter_say_the_filter(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--filter`` keeps the sessions that match: none matching is not none for the key,
-    on a first page or past a start."""
+    on a first page or past a start; and past an offset, at most that many match, which
+    says nothing of how many the key has."""
 
     def answer(method: str, url: str, **kw: Any) -> httpx.Response:
         body = {"object": "list", "data": [], "has_more": False, "next_cursor": None}
@@ -132,6 +133,6 @@ def test_no_sessions_matching_a_filter_say_the_filter(
         said.append(capsys.readouterr().out.strip())
     assert said == [
         'no sessions matching "web" (for this API key)',
-        'no sessions matching "web" at --offset 5 or past it (this API key has at most 5)',
+        'no sessions matching "web" at --offset 5 or past it (at most 5 match, for this API key)',
         'no sessions matching "web" past that --cursor (the list ends there)',
     ]

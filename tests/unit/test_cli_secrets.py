@@ -1,0 +1,50 @@
+"""``cascade-proxy``'s usage errors never quote a secret the command line gave: argparse
+quotes a token it cannot place (a key given before the command's name reads as that name),
+and such a line lands in a CI log or, with ``CASCADE_LOG_FORMAT=json``, a log pipeline."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cli import main
+
+_KEY = "sk-topsecret-123"
+_PASSWORD = "dbpassw0rd"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--api-key", _KEY, "sessions", "ls"],  # before the command: read as its name
+        ["--api-key=" + _KEY, "sessions", "ls"],  # the hint moving it quoted it twice
+        ["--api", _KEY, "memory", "ls"],  # a prefix argparse takes for --api-key
+        ["sessions", "ls", "--api-kye", _KEY],  # a typo of the flag
+        ["sessions", "ls", "--token", _KEY],  # an option no command has, named as a credential
+        ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
+        ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
+        ["migrate", "--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "--bogus"],
+    ],
+)
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_usage_error_does_not_quote_a_key_or_a_password(
+    argv: list[str],
+    fmt: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    assert usage.value.code == 2
+    out, err = capsys.readouterr()
+    assert err.strip() and not out
+    assert _KEY not in err and _PASSWORD not in err, err
+
+
+def test_a_usage_error_still_quotes_what_holds_no_secret(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(["sessions", "ls", "--limit", "5", "--bogus", "value-shown"])
+    assert "unrecognized arguments: --bogus value-shown" in capsys.readouterr().err
