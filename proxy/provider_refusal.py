@@ -56,7 +56,14 @@ _DEFAULTS = {
 """The statuses rewritten, each with the type and code its error has when the provider's
 answer names none."""
 
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+_PEEK = 16 << 10
+"""The most bytes of a body read for the words quoted: a page's title is in its head, and
+plain text is quoted only as far as ``_QUOTED``. Past it the body (up to the answer's cap)
+is left unread: the rewrite runs on the event loop every request shares."""
+
+_TITLE = re.compile(r"<title(?:\s[^<>]*)?>([^<]*)</title", re.IGNORECASE)
+"""A page's title; each match attempt stops at the next ``<``, so a body of unclosed tags is
+searched in linear time (a title of markup is no title)."""
 
 
 def relayed(
@@ -171,11 +178,12 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
     Required! | Cloudflare`` says who refused)."""
     if (message := _text(error, "message")) is not None:
         return message
-    text = " ".join(body.decode("utf-8", "replace").split())
+    text = " ".join(body[:_PEEK].decode("utf-8", "replace").split())
     if not text:
         return "no body"
     if text.startswith("<"):
         title = _TITLE.search(text)
         named = " ".join(title[1].split())[:_QUOTED] if title is not None else ""
         return f"an HTML page titled {scrub(named)!r}" if named else "an HTML page"
-    return text if len(text) <= _QUOTED else text[: _QUOTED - 1] + "…"
+    cut = len(text) > _QUOTED or len(body) > _PEEK
+    return text[: _QUOTED - 1] + "…" if cut else text

@@ -1,0 +1,45 @@
+"""What the OpenAI-shaped error of a provider answer that is no JSON says of its body
+(``proxy/provider_refusal.py``): a page is named by its title, read as a browser shows it
+and scrubbed so, and reading it costs little whatever the body holds, since the rewrite runs
+on the event loop every request shares."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+
+from proxy.answers import Answer
+from proxy.config import ProviderConfig
+from proxy.provider_refusal import relayed
+
+_PLAIN = ProviderConfig(base_url="http://llm.test/v1", name="llm")
+KEY = "sk-client-0123456789+abc/def=="
+
+
+def _message(status: int, body: bytes, authorization: str | None = None) -> str:
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    if authorization is not None:
+        request.headers["authorization"] = authorization
+    answer = Answer(status, httpx.Headers({"content-type": "text/html"}), body, request)
+    out, _ = relayed(_PLAIN, answer, answer.content, {"content-type": "text/html"})
+    message: str = json.loads(out)["error"]["message"]
+    return message
+
+
+def test_a_body_of_unclosed_tags_is_read_in_linear_time() -> None:
+    """A title search that scans to the body's end from each ``<title`` took quadratic time:
+    a 70 KB error body held the event loop for seconds, a 32 MiB one for days."""
+    for body in (b"<title>" * 10_000, b"<title " * 10_000, b"<title>x" * 10_000):
+        started = time.perf_counter()
+        message = _message(502, body)
+        assert time.perf_counter() - started < 0.5, body[:16]
+        assert "an HTML page" in message
+
+
+def test_a_huge_body_is_read_only_as_far_as_its_words_are_quoted() -> None:
+    started = time.perf_counter()
+    message = _message(503, b"overloaded " * (3 << 20))
+    assert time.perf_counter() - started < 0.5
+    assert message.endswith(" overloaded ov…") and len(message) < 400, message
