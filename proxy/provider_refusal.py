@@ -27,6 +27,7 @@ a key the provider refused (the console does).
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Callable
@@ -183,7 +184,8 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
         return "no body"
     if text.startswith("<"):
         title = _TITLE.search(text)
-        named = " ".join(title[1].split())[:_QUOTED] if title is not None else ""
-        return f"an HTML page titled {scrub(named)!r}" if named else "an HTML page"
+        # as a browser shows it: a reference may spell the key (``&#43;``), which is scrubbed
+        named = scrub(" ".join(html.unescape(title[1]).split())) if title is not None else ""
+        return f"an HTML page titled {named[:_QUOTED]!r}" if named else "an HTML page"
     cut = len(text) > _QUOTED or len(body) > _PEEK
     return text[: _QUOTED - 1] + "…" if cut else text

@@ -43,3 +43,12 @@ def test_a_huge_body_is_read_only_as_far_as_its_words_are_quoted() -> None:
     message = _message(503, b"overloaded " * (3 << 20))
     assert time.perf_counter() - started < 0.5
     assert message.endswith(" overloaded ov…") and len(message) < 400, message
+
+
+def test_a_title_is_read_as_a_browser_shows_it_and_scrubbed_so() -> None:
+    """A title's character references are what a reader of it sees: one spelling the key
+    sent (``&#43;`` for ``+``) is that key, which the scrub of the body's bytes missed."""
+    spelled = KEY.replace("+", "&#43;").replace("/", "&#x2F;").replace("=", "&equals;")
+    page = b"<html><title>Caf&eacute; &amp; key %s refused</title></html>" % spelled.encode()
+    message = _message(403, page, f"Bearer {KEY}")
+    assert "titled 'Café & key [REDACTED] refused'" in message, message
