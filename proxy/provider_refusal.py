@@ -62,6 +62,10 @@ _PEEK = 16 << 10
 plain text is quoted only as far as ``_QUOTED``. Past it the body (up to the answer's cap)
 is left unread: the rewrite runs on the event loop every request shares."""
 
+_MARKUP = re.compile(r"^\ufeff?<|<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
+"""A page of markup, not plain text to quote: one that begins with a tag (after a byte-order
+mark), or holds a page's own tag after words (``403 Forbidden`` above an nginx page)."""
+
 _TITLE = re.compile(r"<title(?:\s[^<>]*)?>([^<]*)</title", re.IGNORECASE)
 """A page's title; each match attempt stops at the next ``<``, so a body of unclosed tags is
 searched in linear time (a title of markup is no title)."""
@@ -182,7 +186,7 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
     text = " ".join(body[:_PEEK].decode("utf-8", "replace").split())
     if not text:
         return "no body"
-    if text.startswith("<"):
+    if _MARKUP.search(text):
         title = _TITLE.search(text)
         # as a browser shows it: a reference may spell the key (``&#43;``), which is scrubbed
         named = scrub(" ".join(html.unescape(title[1]).split())) if title is not None else ""

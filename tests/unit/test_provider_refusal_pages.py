@@ -52,3 +52,16 @@ def test_a_title_is_read_as_a_browser_shows_it_and_scrubbed_so() -> None:
     page = b"<html><title>Caf&eacute; &amp; key %s refused</title></html>" % spelled.encode()
     message = _message(403, page, f"Bearer {KEY}")
     assert "titled 'Café & key [REDACTED] refused'" in message, message
+
+
+PAGES = [  # pages of markup that do not begin with "<": none is quoted as plain text
+    b"\xef\xbb\xbf<html><body>Blocked: your IP 203.0.113.9</body></html>",  # a UTF-8 BOM
+    b"403 Forbidden\n<html><body>Blocked: your IP 203.0.113.9</body></html>",
+]
+
+
+def test_a_page_that_does_not_begin_with_a_tag_is_still_no_plain_text() -> None:
+    for page in PAGES:
+        for status in (403, 502):
+            message = _message(status, page)
+            assert "203.0.113.9" not in message and message.endswith("an HTML page"), message
