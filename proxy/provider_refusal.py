@@ -182,7 +182,7 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
     quote all of it), else what the body was, an HTML page by its title (``Attention
     Required! | Cloudflare`` says who refused)."""
     if (message := _text(error, "message")) is not None:
-        return message
+        return _printable(message)
     text = " ".join(body[:_PEEK].decode("utf-8", "replace").split())
     if not text:
         return "no body"
@@ -192,4 +192,11 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
         named = scrub(" ".join(html.unescape(title[1]).split())) if title is not None else ""
         return f"an HTML page titled {named[:_QUOTED]!r}" if named else "an HTML page"
     cut = len(text) > _QUOTED or len(body) > _PEEK
-    return text[: _QUOTED - 1] + "…" if cut else text
+    return _printable(text[: _QUOTED - 1] + "…" if cut else text)
+
+
+def _printable(text: str) -> str:
+    """``text`` with each character a terminal would act on (an escape sequence's ``ESC``,
+    a bell, a carriage return, a direction override) as U+FFFD, a line's end and a tab
+    kept: a client prints the message its SDK raises."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "\ufffd" for c in text)

@@ -65,3 +65,11 @@ def test_a_page_that_does_not_begin_with_a_tag_is_still_no_plain_text() -> None:
         for status in (403, 502):
             message = _message(status, page)
             assert "203.0.113.9" not in message and message.endswith("an HTML page"), message
+
+
+def test_control_characters_of_a_quoted_body_are_not_sent_on() -> None:
+    """A terminal that prints the SDK's message would act on an escape sequence in it."""
+    message = _message(503, b"\x1b[2J\x1b]0;owned\x07overloaded\x00")
+    assert message.endswith(": \ufffd[2J\ufffd]0;owned\ufffdoverloaded\ufffd"), repr(message)
+    said = b'{"error": {"message": "denied\\u001b[2J\\r\\nretry\\u202e"}}'
+    assert _message(403, said).endswith(": denied\ufffd[2J\ufffd\nretry\ufffd"), said
