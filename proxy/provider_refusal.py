@@ -58,9 +58,10 @@ _DEFAULTS = {
 answer names none."""
 
 _PEEK = 16 << 10
-"""The most bytes of a body read for the words quoted: a page's title is in its head, and
-plain text is quoted only as far as ``_QUOTED``. Past it the body (up to the answer's cap)
-is left unread: the rewrite runs on the event loop every request shares."""
+"""The most bytes of a body read for the words quoted (a page's title is in its head, and
+plain text is quoted only as far as ``_QUOTED``), and parsed to tell JSON (``_is_json``).
+Past it the body (up to the answer's cap) is left unread: the rewrite runs on the event
+loop every request shares."""
 
 _MARKUP = re.compile(r"^\ufeff?<|<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
 """A page of markup, not plain text to quote: one that begins with a tag (after a byte-order
@@ -101,7 +102,11 @@ def relayed(
 
 def _is_json(body: bytes) -> bool:
     """Whether ``body`` parses as JSON; one nested past the parser's depth is JSON too (a
-    client's parser may read it, and it passes as it came)."""
+    client's parser may read it, and it passes as it came). One past ``_PEEK`` is judged by
+    its first byte, unparsed: megabytes of it (an embeddings error) would hold the event
+    loop for seconds, and one that opens as JSON passing as it came is no worse."""
+    if len(body) > _PEEK:
+        return body[:_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"[", b'"')
     try:
         loads_json(body)
     except ValueError as exc:

@@ -73,3 +73,16 @@ def test_control_characters_of_a_quoted_body_are_not_sent_on() -> None:
     assert message.endswith(": \ufffd[2J\ufffd]0;owned\ufffdoverloaded\ufffd"), repr(message)
     said = b'{"error": {"message": "denied\\u001b[2J\\r\\nretry\\u202e"}}'
     assert _message(403, said).endswith(": denied\ufffd[2J\ufffd\nretry\ufffd"), said
+
+
+def test_a_huge_json_error_passes_as_it_came_unparsed() -> None:
+    """Whether an error is JSON decides only whether it is rewritten: parsing a body of
+    megabytes of numbers (up to the answer's cap, 256 MiB for embeddings) held the event loop
+    for seconds to learn what its first byte says."""
+    body = json.dumps({"error": {"message": "x", "data": [1.5] * (2 << 20)}}).encode()
+    request = httpx.Request("POST", "http://llm.test/v1/embeddings")
+    answer = Answer(500, httpx.Headers({"content-type": "application/json"}), body, request)
+    started = time.perf_counter()
+    out, _ = relayed(_PLAIN, answer, body, {})
+    assert time.perf_counter() - started < 0.2
+    assert out is body
