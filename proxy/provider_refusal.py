@@ -158,7 +158,10 @@ def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
     again, since a JSON writer may escape any character of the key (``\\u002B``), which the
     bytes' scrub then misses and parsing spells out. A gateway's own error shape gives its
     words as the message: ``{"error": "…"}``, Azure API Management's ``{"statusCode": 403,
-    "message": "…"}``, FastAPI's ``{"detail": "…"}``."""
+    "message": "…"}``, FastAPI's ``{"detail": "…"}``. None for one past ``_PEEK``, unparsed
+    (``_is_json``): its head is quoted as text."""
+    if len(body) > _PEEK:
+        return None
     try:
         data = loads_json(body)
     except (ValueError, RecursionError):

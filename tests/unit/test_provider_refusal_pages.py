@@ -86,3 +86,11 @@ def test_a_huge_json_error_passes_as_it_came_unparsed() -> None:
     out, _ = relayed(_PLAIN, answer, body, {})
     assert time.perf_counter() - started < 0.2
     assert out is body
+
+
+def test_a_huge_json_refusal_is_not_parsed_for_its_message() -> None:
+    body = json.dumps({"error": {"message": "no", "data": [1.5] * (2 << 20)}}).encode()
+    started = time.perf_counter()
+    message = _message(403, body)
+    assert time.perf_counter() - started < 0.2
+    assert message.endswith("…") and len(message) < 500, message
