@@ -188,10 +188,13 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
     """The provider's own words: its error's message, else its body's text when short plain
     text (no page of markup: a firewall's page may hold the proxy's address, and an SDK would
     quote all of it), else what the body was, an HTML page by its title (``Attention
-    Required! | Cloudflare`` says who refused)."""
-    if (message := _text(error, "message")) is not None:
-        return _printable(message)
-    text = " ".join(body[:_PEEK].decode("utf-8", "replace").split())
+    Required! | Cloudflare`` says who refused). A message that is such a page (a gateway's
+    JSON wrapping the page it got) is named as the body would be."""
+    message = error.get("message") if error is not None else None
+    if message:
+        text, whole = " ".join(message[:_PEEK].split()), len(message) <= _PEEK
+    else:
+        text, whole = " ".join(body[:_PEEK].decode("utf-8", "replace").split()), len(body) <= _PEEK
     if not text:
         return "no body"
     if _MARKUP.search(text):
@@ -199,7 +202,9 @@ def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]
         # as a browser shows it: a reference may spell the key (``&#43;``), which is scrubbed
         named = scrub(" ".join(html.unescape(title[1]).split())) if title is not None else ""
         return f"an HTML page titled {named[:_QUOTED]!r}" if named else "an HTML page"
-    cut = len(text) > _QUOTED or len(body) > _PEEK
+    if message:  # the provider's words as it wrote them, lines included
+        return _printable(message[:_QUOTED])
+    cut = len(text) > _QUOTED or not whole
     return _printable(text[: _QUOTED - 1] + "…" if cut else text)
 
 

@@ -94,3 +94,14 @@ def test_a_huge_json_refusal_is_not_parsed_for_its_message() -> None:
     message = _message(403, body)
     assert time.perf_counter() - started < 0.2
     assert message.endswith("…") and len(message) < 500, message
+
+
+def test_a_page_a_gateway_wrapped_in_its_json_error_is_named_by_its_title() -> None:
+    """A gateway in front of the provider (LiteLLM's, an API manager) may put the page it got
+    into its own JSON error's message: that message is a page, quoted no more than one."""
+    page = b"<!DOCTYPE html><html><head><title>Access denied</title></head><body>"
+    page += b"<p>" + b"Blocked by the firewall. Your IP: 203.0.113.9</p>"
+    for said in ({"error": {"message": page.decode()}}, {"detail": "403: " + page.decode()}):
+        message = _message(403, json.dumps(said).encode())
+        assert message.endswith(": an HTML page titled 'Access denied'"), message
+        assert "203.0.113.9" not in message
