@@ -82,7 +82,7 @@ def relayed(
     if status in _DEFAULTS:
         error = _error(body, answer.scrub)
         message = f"{provider_name(provider)} answered {status} to "
-        message += f"{_whose(provider, answer.request)}: {_said(error, body, answer.scrub)}"
+        message += f"{_whose(provider, answer.request)}: {_said(error, answer, body)}"
         kind, code = _DEFAULTS[status]
         out = {
             "message": message,
@@ -91,7 +91,7 @@ def relayed(
             "code": _text(error, "code") or code,
         }
     elif status >= 400 and not _is_json(body):
-        said = _said(None, body, answer.scrub)
+        said = _said(None, answer, body)
         message = f"{provider_name(provider)} answered {status} with no JSON error: {said}"
         out = {"message": message, "type": "upstream_error", "param": None, "code": str(status)}
     else:
@@ -184,28 +184,45 @@ def _text(error: dict[str, str] | None, key: str) -> str | None:
     return value[:_QUOTED] if value else None
 
 
-def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]) -> str:
+def _said(error: dict[str, str] | None, answer: Answer | StreamAnswer, body: bytes) -> str:
     """The provider's own words: its error's message, else its body's text when short plain
     text (no page of markup: a firewall's page may hold the proxy's address, and an SDK would
     quote all of it), else what the body was, an HTML page by its title (``Attention
     Required! | Cloudflare`` says who refused). A message that is such a page (a gateway's
-    JSON wrapping the page it got) is named as the body would be."""
+    JSON wrapping the page it got) is named as the body would be. The body is read in the
+    charset its content type names and scrubbed as read: the bytes' scrub looks for the key
+    as UTF-8 spells it, which a UTF-16 body does not."""
     message = error.get("message") if error is not None else None
     if message:
         text, whole = " ".join(message[:_PEEK].split()), len(message) <= _PEEK
     else:
-        text, whole = " ".join(body[:_PEEK].decode("utf-8", "replace").split()), len(body) <= _PEEK
+        read = _decoded(body[:_PEEK], answer.headers.get("content-type"))
+        text, whole = answer.scrub(" ".join(read.split())), len(body) <= _PEEK
     if not text:
         return "no body"
     if _MARKUP.search(text):
         title = _TITLE.search(text)
         # as a browser shows it: a reference may spell the key (``&#43;``), which is scrubbed
-        named = scrub(" ".join(html.unescape(title[1]).split())) if title is not None else ""
+        named = " ".join(html.unescape(title[1]).split()) if title is not None else ""
+        named = answer.scrub(named)
         return f"an HTML page titled {named[:_QUOTED]!r}" if named else "an HTML page"
     if message:  # the provider's words as it wrote them, lines included
         return _printable(message[:_QUOTED])
     cut = len(text) > _QUOTED or not whole
     return _printable(text[: _QUOTED - 1] + "…" if cut else text)
+
+
+_CHARSET = re.compile(r"charset=[\"']?([\w.:-]+)", re.IGNORECASE)
+
+
+def _decoded(head: bytes, content_type: str | None) -> str:
+    """``head`` as text in the charset ``content_type`` names, else (none, or none Python
+    decodes text with) UTF-8."""
+    named = _CHARSET.search(content_type or "")
+    try:
+        return head.decode(named[1] if named else "utf-8", "replace")
+    except (LookupError, UnicodeError):
+        return head.decode("utf-8", "replace")
 
 
 def _printable(text: str) -> str:

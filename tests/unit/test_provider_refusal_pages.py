@@ -105,3 +105,24 @@ def test_a_page_a_gateway_wrapped_in_its_json_error_is_named_by_its_title() -> N
         message = _message(403, json.dumps(said).encode())
         assert message.endswith(": an HTML page titled 'Access denied'"), message
         assert "203.0.113.9" not in message
+
+
+def _charset_message(body: bytes, content_type: str) -> str:
+    request = httpx.Request("POST", "http://llm.test/v1/chat/completions")
+    request.headers["authorization"] = f"Bearer {KEY}"
+    answer = Answer(503, httpx.Headers({"content-type": content_type}), body, request)
+    out, _ = relayed(_PLAIN, answer, answer.content, {"content-type": content_type})
+    message: str = json.loads(out)["error"]["message"]
+    return message
+
+
+def test_a_body_in_another_charset_is_read_in_it_and_scrubbed_as_read() -> None:
+    """The bytes' scrub looks for the key as UTF-8 spells it: in a UTF-16 body each of its
+    characters went out between two others, for a reader to put back together."""
+    said = f"Dienst nicht verfügbar für {KEY}"
+    latin = _charset_message(
+        said.replace(KEY, "x").encode("latin-1"), "text/plain; charset=iso-8859-1"
+    )
+    assert latin.endswith(": Dienst nicht verfügbar für x"), latin
+    wide = _charset_message(said.encode("utf-16"), "text/plain; charset=utf-16")
+    assert wide.endswith(": Dienst nicht verfügbar für [REDACTED]"), wide
