@@ -63,9 +63,10 @@ plain text is quoted only as far as ``_QUOTED``), and parsed to tell JSON (``_is
 Past it the body (up to the answer's cap) is left unread: the rewrite runs on the event
 loop every request shares."""
 
-_MARKUP = re.compile(r"^\ufeff?<|<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
-"""A page of markup, not plain text to quote: one that begins with a tag (after a byte-order
-mark), or holds a page's own tag after words (``403 Forbidden`` above an nginx page)."""
+_PAGE = re.compile(r"<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
+"""A page of markup, not words to quote: one that holds a page's own tag, after words too
+(``403 Forbidden`` above an nginx page, a gateway's JSON message wrapping the page it got);
+a body, not a message, that begins with a tag (after a byte-order mark) is one too."""
 
 _TITLE = re.compile(r"<title(?:\s[^<>]*)?>([^<]*)</title", re.IGNORECASE)
 """A page's title; each match attempt stops at the next ``<``, so a body of unclosed tags is
@@ -200,7 +201,7 @@ def _said(error: dict[str, str] | None, answer: Answer | StreamAnswer, body: byt
         text, whole = answer.scrub(" ".join(read.split())), len(body) <= _PEEK
     if not text:
         return "no body"
-    if _MARKUP.search(text):
+    if _PAGE.search(text) or (not message and text.lstrip("\ufeff").startswith("<")):
         title = _TITLE.search(text)
         # as a browser shows it: a reference may spell the key (``&#43;``), which is scrubbed
         named = " ".join(html.unescape(title[1]).split()) if title is not None else ""

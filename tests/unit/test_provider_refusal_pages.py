@@ -126,3 +126,8 @@ def test_a_body_in_another_charset_is_read_in_it_and_scrubbed_as_read() -> None:
     assert latin.endswith(": Dienst nicht verfügbar für x"), latin
     wide = _charset_message(said.encode("utf-16"), "text/plain; charset=utf-16")
     assert wide.endswith(": Dienst nicht verfügbar für [REDACTED]"), wide
+
+
+def test_a_json_message_that_only_begins_with_a_bracket_is_quoted() -> None:
+    said = b'{"error": {"message": "<gpt-4o> is not allowed for this key"}}'
+    assert _message(403, said).endswith(": <gpt-4o> is not allowed for this key")
