@@ -347,27 +347,38 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
 
 
 def _not_inherited(cfg: Config) -> list[str]:
-    """A ``models`` entry is the whole of its models' settings: what it leaves out is the
-    built-in default, not ``models.default``'s (README, Decisions). An entry that sets only
-    ``systemMessages`` beside a ``default`` of a larger window would shrink its models'
-    window to the built-in one unseen: each field ``default`` sets to other than the
-    built-in value and an entry leaves out is named, with the value the entry gets."""
+    """An entry is the whole of its models' settings (README, Decisions): one setting only
+    ``systemMessages`` beside a ``default`` of a larger window shrinks its models' window
+    unseen. Each entry that leaves out fields ``default`` sets to other than the built-in
+    value is one line naming them (the warnings are said again at each reload)."""
     fallback = cfg.models.get("default")
     if fallback is None:
         return []
     builtin = type(fallback)()
+    dropped = [
+        f for f in sorted(fallback.model_fields_set) if getattr(fallback, f) != getattr(builtin, f)
+    ]
     out = []
     for name, entry in cfg.models.items():
-        for field in sorted(fallback.model_fields_set - entry.model_fields_set):
-            wanted, got = getattr(fallback, field), getattr(builtin, field)
-            if name != "default" and wanted != got:
-                key = _alias(type(fallback), field)
-                out.append(
-                    f"models.{name}: sets no {key}, so its models get the built-in {got}, "
-                    f"not models.default's {wanted} (an entry does not inherit from default); "
-                    f"set {key} in it if that is not what you meant"
-                )
+        fields = [f for f in dropped if f not in entry.model_fields_set]
+        if name == "default" or not fields:
+            continue
+        keys = ", ".join(_alias(type(fallback), f) for f in fields)
+        got = ", ".join(_spelled(getattr(builtin, f)) for f in fields)
+        wanted = ", ".join(_spelled(getattr(fallback, f)) for f in fields)
+        out.append(
+            f"models.{name}: sets no {keys}, so its models get the built-in {got}, not "
+            f"models.default's {wanted} (an entry does not inherit from default); set "
+            f"{'it' if len(fields) == 1 else 'them'} in the entry if that is not what you meant"
+        )
     return out
+
+
+def _spelled(value: object) -> str:
+    """A setting's value as the config file writes it (``false``); unset as what it means."""
+    if value is None:
+        return "unset (by the model's name)"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _missing(env: Mapping[str, str], name: str) -> str | None:

@@ -66,10 +66,13 @@ def mapped_errors(
             isinstance(exc, httpx.TimeoutException) and _timed_out(exc)
         ):
             where, name, why = provider_name(provider), type(exc).__name__, _cause(exc)
-            if why == _FAILED:  # no reset, no OS error: the provider closed before the end
+            what = "broke off"
+            if isinstance(exc, httpx.DecodingError):  # it came whole: its encoding failed
+                what, why = "did not decode", str(exc).split("://")[0][:200]
+            elif why == _FAILED:  # no reset, no OS error: the provider closed before the end
                 why = "the connection closed before the body's end"
             raise UpstreamBadResponse(
-                f"{where} answered {answered}, then its body broke off ({name}: {why}); "
+                f"{where} answered {answered}, then its body {what} ({name}: {why}); "
                 "retry the request"
             ) from exc
         via = _proxy(proxy_for, provider.base_url)

@@ -27,6 +27,7 @@ a key the provider refused (the console does).
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Callable
@@ -56,7 +57,20 @@ _DEFAULTS = {
 """The statuses rewritten, each with the type and code its error has when the provider's
 answer names none."""
 
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+_PEEK = 16 << 10
+"""The most bytes of a body read for the words quoted (a page's title is in its head, and
+plain text is quoted only as far as ``_QUOTED``), and parsed to tell JSON (``_is_json``).
+Past it the body (up to the answer's cap) is left unread: the rewrite runs on the event
+loop every request shares."""
+
+_PAGE = re.compile(r"<(?:!doctype|html|head|body|title)\b", re.IGNORECASE)
+"""A page of markup, not words to quote: one that holds a page's own tag, after words too
+(``403 Forbidden`` above an nginx page, a gateway's JSON message wrapping the page it got);
+a body, not a message, that begins with a tag (after a byte-order mark) is one too."""
+
+_TITLE = re.compile(r"<title(?:\s[^<>]*)?>([^<]*)</title", re.IGNORECASE)
+"""A page's title; each match attempt stops at the next ``<``, so a body of unclosed tags is
+searched in linear time (a title of markup is no title)."""
 
 
 def relayed(
@@ -69,7 +83,7 @@ def relayed(
     if status in _DEFAULTS:
         error = _error(body, answer.scrub)
         message = f"{provider_name(provider)} answered {status} to "
-        message += f"{_whose(provider, answer.request)}: {_said(error, body, answer.scrub)}"
+        message += f"{_whose(provider, answer.request)}: {_said(error, answer, body)}"
         kind, code = _DEFAULTS[status]
         out = {
             "message": message,
@@ -78,7 +92,7 @@ def relayed(
             "code": _text(error, "code") or code,
         }
     elif status >= 400 and not _is_json(body):
-        said = _said(None, body, answer.scrub)
+        said = _said(None, answer, body)
         message = f"{provider_name(provider)} answered {status} with no JSON error: {said}"
         out = {"message": message, "type": "upstream_error", "param": None, "code": str(status)}
     else:
@@ -89,7 +103,11 @@ def relayed(
 
 def _is_json(body: bytes) -> bool:
     """Whether ``body`` parses as JSON; one nested past the parser's depth is JSON too (a
-    client's parser may read it, and it passes as it came)."""
+    client's parser may read it, and it passes as it came). One past ``_PEEK`` is judged by
+    its first byte, unparsed: megabytes of it (an embeddings error) would hold the event
+    loop for seconds, and one that opens as JSON passing as it came is no worse."""
+    if len(body) > _PEEK:
+        return body[:_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"[", b'"')
     try:
         loads_json(body)
     except ValueError as exc:
@@ -141,7 +159,10 @@ def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
     again, since a JSON writer may escape any character of the key (``\\u002B``), which the
     bytes' scrub then misses and parsing spells out. A gateway's own error shape gives its
     words as the message: ``{"error": "…"}``, Azure API Management's ``{"statusCode": 403,
-    "message": "…"}``, FastAPI's ``{"detail": "…"}``."""
+    "message": "…"}``, FastAPI's ``{"detail": "…"}``. None for one past ``_PEEK``, unparsed
+    (``_is_json``): its head is quoted as text."""
+    if len(body) > _PEEK:
+        return None
     try:
         data = loads_json(body)
     except (ValueError, RecursionError):
@@ -164,18 +185,49 @@ def _text(error: dict[str, str] | None, key: str) -> str | None:
     return value[:_QUOTED] if value else None
 
 
-def _said(error: dict[str, str] | None, body: bytes, scrub: Callable[[str], str]) -> str:
+def _said(error: dict[str, str] | None, answer: Answer | StreamAnswer, body: bytes) -> str:
     """The provider's own words: its error's message, else its body's text when short plain
     text (no page of markup: a firewall's page may hold the proxy's address, and an SDK would
     quote all of it), else what the body was, an HTML page by its title (``Attention
-    Required! | Cloudflare`` says who refused)."""
-    if (message := _text(error, "message")) is not None:
-        return message
-    text = " ".join(body.decode("utf-8", "replace").split())
+    Required! | Cloudflare`` says who refused). A message that is such a page (a gateway's
+    JSON wrapping the page it got) is named as the body would be. The body is read in the
+    charset its content type names and scrubbed as read: the bytes' scrub looks for the key
+    as UTF-8 spells it, which a UTF-16 body does not."""
+    message = error.get("message") if error is not None else None
+    if message:
+        text, whole = " ".join(message[:_PEEK].split()), len(message) <= _PEEK
+    else:
+        read = _decoded(body[:_PEEK], answer.headers.get("content-type"))
+        text, whole = answer.scrub(" ".join(read.split())), len(body) <= _PEEK
     if not text:
         return "no body"
-    if text.startswith("<"):
+    if _PAGE.search(text) or (not message and text.lstrip("\ufeff").startswith("<")):
         title = _TITLE.search(text)
-        named = " ".join(title[1].split())[:_QUOTED] if title is not None else ""
-        return f"an HTML page titled {scrub(named)!r}" if named else "an HTML page"
-    return text if len(text) <= _QUOTED else text[: _QUOTED - 1] + "…"
+        # as a browser shows it: a reference may spell the key (``&#43;``), which is scrubbed
+        named = " ".join(html.unescape(title[1]).split()) if title is not None else ""
+        named = answer.scrub(named)
+        return f"an HTML page titled {named[:_QUOTED]!r}" if named else "an HTML page"
+    if message:  # the provider's words as it wrote them, lines included
+        return _printable(message[:_QUOTED])
+    cut = len(text) > _QUOTED or not whole
+    return _printable(text[: _QUOTED - 1] + "…" if cut else text)
+
+
+_CHARSET = re.compile(r"charset=[\"']?([\w.:-]+)", re.IGNORECASE)
+
+
+def _decoded(head: bytes, content_type: str | None) -> str:
+    """``head`` as text in the charset ``content_type`` names, else (none, or none Python
+    decodes text with) UTF-8."""
+    named = _CHARSET.search(content_type or "")
+    try:
+        return head.decode(named[1] if named else "utf-8", "replace")
+    except (LookupError, UnicodeError):
+        return head.decode("utf-8", "replace")
+
+
+def _printable(text: str) -> str:
+    """``text`` with each character a terminal would act on (an escape sequence's ``ESC``,
+    a bell, a carriage return, a direction override) as U+FFFD, a line's end and a tab
+    kept: a client prints the message its SDK raises."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "\ufffd" for c in text)

@@ -188,6 +188,7 @@ class Forwarder:
         step = turn.prepared
         send: asyncio.Future[StreamAnswer] | None = None
         refused: Response | None = None
+        said = b""
         try:
             opened, wait = await header_wait(step.ctx.keepalive, self.settings.keepalive_seconds)
             due = asyncio.get_running_loop().time() + wait
@@ -199,6 +200,7 @@ class Forwarder:
                 resp = send.result()
                 if resp.status_code >= 400:
                     refused = await read_refusal(resp, step.route.provider)
+                    said = await resp.aread()  # as it came (read once): ``learned`` reads it
                     sent = query_key_sent(resp.request)
                     log_relayed(step.route.provider, resp.status_code, query_key=sent)
                 headers = response_headers(resp)
@@ -225,7 +227,7 @@ class Forwarder:
             await turn.abort()
             raise
         assert refused is not None
-        await turn.abort(learned(step, refused.status_code, refused.body, step.assembled.messages))
+        await turn.abort(learned(step, refused.status_code, said, step.assembled.messages))
         return refused
 
     async def _stream_body(
@@ -260,7 +262,9 @@ class Forwarder:
                 resp, error, refusal = await round_response(send, step.route.provider, self.stop)
                 if refusal is not None:
                     refused = not client.opened  # then raised: the response is its status
-                    calibration = learned(step, refusal.status_code, refusal.body, messages)
+                    # the body as it came, not the relayed rewrite (``provider_refusal``)
+                    said = await resp.aread()
+                    calibration = learned(step, refusal.status_code, said, messages)
                     sent = query_key_sent(resp.request)
                     refuse(step.route.provider, refusal, opened=client.opened, query_key=sent)
                 if error is not None:

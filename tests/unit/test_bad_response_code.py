@@ -43,3 +43,14 @@ def test_a_body_that_broke_off_is_a_bad_response_and_a_refusal_is_unreachable() 
         raise httpx.ConnectError("connection refused")
     assert (cut.value.status_code, cut.value.code) == (502, "upstream_bad_response")
     assert (refused.value.status_code, refused.value.code) == (502, "upstream_unreachable")
+
+
+def test_a_body_that_did_not_decode_is_not_said_to_have_broken_off() -> None:
+    """A corrupt gzip body arrived whole: "the connection closed before the body's end"
+    sent the operator after the network, where the provider's encoding is what failed."""
+    with pytest.raises(UpstreamUnavailable) as bad, mapped_errors(PROVIDER, answered=200):
+        raise httpx.DecodingError("Error -3 while decompressing data: incorrect header check")
+    message = str(bad.value)
+    assert "closed" not in message and "broke off" not in message, message
+    assert "did not decode (DecodingError: Error -3 while decompressing data" in message
+    assert bad.value.code == "upstream_bad_response"

@@ -162,11 +162,27 @@ def test_a_models_entry_that_drops_what_default_sets_is_warned_of() -> None:
     assert cfg.model_limits("o1-mini-2024").context_limit == 128000  # not default's 200000
     assert config_warnings(cfg, env={}) == [
         "models.o1-mini: sets no contextLimit, so its models get the built-in 128000, not "
-        "models.default's 200000 (an entry does not inherit from default); set contextLimit "
-        "in it if that is not what you meant"
+        "models.default's 200000 (an entry does not inherit from default); set it in the "
+        "entry if that is not what you meant"
     ]
     same = {"models": {"default": {"contextLimit": 128000}, "o1": {"systemMessages": False}}}
     assert config_warnings(parse_config(same, env={}), env={}) == []
+
+
+def test_an_entry_that_drops_several_of_defaults_fields_is_one_line_in_the_configs_words() -> None:
+    """Said again at each reload, a line a field made a screenful of a config of a few
+    entries; and ``None``/``False`` are no words of a JSON file."""
+    raw = {
+        "models": {
+            "default": {"contextLimit": 32000, "reservedOutput": 2000, "systemMessages": False},
+            "gpt-4o": {"reservedOutput": 4000},
+        }
+    }
+    assert config_warnings(parse_config(raw, env={}), env={}) == [
+        "models.gpt-4o: sets no contextLimit, systemMessages, so its models get the built-in "
+        "128000, unset (by the model's name), not models.default's 32000, false (an entry does "
+        "not inherit from default); set them in the entry if that is not what you meant"
+    ]
 
 
 def test_warnings_name_unset_keys_uncredentialed_providers_and_unbuilt_stages() -> None:
