@@ -130,12 +130,14 @@ function reading(on) {
 // The last page hides the button; the focus on it goes to the first session that page added.
 function renderList(added, more) {
   const pressed = document.activeElement === $("sessions-more");
+  const retried = document.activeElement === $("list-retry");
   $("sessions-more").hidden = !listMore;
+  $("list-retry").hidden = true;
   reading(false);
   const rows = added.map(sessionRow);
   if (more) $("session-list").append(...rows);
   else $("session-list").replaceChildren(...rows);
-  if (pressed && !listMore) (rows[0]?.querySelector("a") || $("list-title")).focus();
+  if ((pressed && !listMore) || retried) (rows[0]?.querySelector("a") || $("list-title")).focus();
   // Empty says why: no session at all for this key, or none the filter matches.
   $("list-empty").textContent = listQuery
     ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
@@ -157,6 +159,16 @@ function forgetList() {
   reading(false);
   $("session-list").replaceChildren();
   $("list-empty").hidden = true;
+  $("list-retry").hidden = true;
+}
+
+// A first page the proxy did not answer (away, restarting): said where the rows go, with a
+// button that reads it again (data-testid sessions-retry); the toast alone went and left an
+// empty table that nothing filled but a reload. A next page's own button reads it again.
+function listFailed(err) {
+  $("list-empty").textContent = `Could not list the sessions: ${err.message}`;
+  $("list-empty").hidden = false;
+  $("list-retry").hidden = false;
 }
 
 // Each opening of the list, and each filter, reads its first page again, and the button the
@@ -184,7 +196,7 @@ async function readList(more) {
   } catch (err) {
     if (asked !== listing) return;
     reading(false);
-    handleError(err, "Could not list the sessions");
+    if (handleError(err, "Could not list the sessions") && !more) listFailed(err);
   }
 }
 
@@ -258,6 +270,7 @@ function boot() {
     clearTimeout(filterTimer);
     filterTimer = setTimeout(() => readList(false), FILTER_MS);
   });
+  $("list-retry").addEventListener("click", () => readList(false));
   $("sessions-more").addEventListener("click", () => {
     if ($("sessions-more").getAttribute("aria-disabled") !== "true") readList(true);
   });

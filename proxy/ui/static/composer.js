@@ -218,6 +218,9 @@ export class Composer {
     this.turns = [...this.turns, turn];
     $("composer-send").disabled = true;
     const answer = $("assistant-message");
+    // a live region whose whole text is set again at each delta: busy until the turn ends,
+    // a screen reader reads the answer once, whole, not all of it again at every piece
+    answer.setAttribute("aria-busy", "true");
     answer.textContent = "";
     answer.dataset.state = "streaming";
     let model = $("composer-model").value.trim();
@@ -252,7 +255,11 @@ export class Composer {
       answered();
       this.sending = false;
       this.outgoing = null;
-      here(() => { $("composer-send").disabled = false; this.view.refresh(); });
+      here(() => {
+        $("composer-send").disabled = false;
+        answer.removeAttribute("aria-busy");
+        this.view.refresh();
+      });
     }
   }
 }

@@ -15,6 +15,8 @@ function room(on) {
   const atEnd = page.scrollHeight - page.scrollTop - page.clientHeight < 40;
   const below = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
   $("main").style.paddingBottom = below;
+  // a window too narrow for the prompt and the toasts side by side stacks them (app.css)
+  document.documentElement.style.setProperty("--prompt-room", below);
   $("composer").style.scrollMarginBottom = below;
   const tall = page.scrollHeight > page.clientHeight;
   if (on && atEnd && tall) $("composer").scrollIntoView({ block: "end" });

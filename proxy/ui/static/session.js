@@ -84,6 +84,7 @@ export class SessionView {
     for (const id of ["session-meta", "message-list", "assistant-message", "status-line",
       "usage-text", "usage-bar", "usage-legend", "summary"]) $(id).replaceChildren();
     $("usage-reclaimed").hidden = true;
+    $("assistant-message").removeAttribute("aria-busy"); // a closed view's turn may still run
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
     $("composer-send").disabled = false; // a turn a closed view sent may still run

@@ -1,0 +1,92 @@
+"""The console as a person sees and hears it: a sessions list the proxy could not answer, the
+answer box a screen reader reads, the names of the usage meter and the confirm dialog, and a
+narrow window with the memory prompt and a toast both up.
+
+Each test fails on the console before its fix; the ``console`` fixture checks that the page
+raised no error and asked no host but the proxy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import ProxyServer
+from tests.integration.ui.conftest import Page
+from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.test_console_audit import started
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_list_the_proxy_did_not_answer_says_so_and_reads_again(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The proxy away (restarting) when the list is read: the list says so where its rows go,
+    not only in a toast that leaves an empty table behind, and offers to read it again."""
+    started(console_proxy, "listed")
+    console.page.route("**/v1/sessions?*", lambda route: route.abort())
+    page = sign_in(console)
+    empty = page.locator("#list-empty")
+    empty.filter(has_text="Could not list the sessions").wait_for()
+    page.unroute("**/v1/sessions?*")  # the proxy is back
+    page.get_by_role("button", name="Try again").click()
+    page.get_by_test_id("session-row").first.wait_for()
+    assert empty.is_hidden()
+
+
+def test_the_answer_box_is_busy_while_it_streams(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The answer box is a live region whose whole text is set again at every delta: while
+    it streams it says it is busy, so a screen reader reads the answer once, whole, rather
+    than all of it again at each piece."""
+    started(console_proxy, "spoken")
+    fake_upstream.script(reply("one two three four five six", chunks=6))
+    page = sign_in(console, "#/s/spoken")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.evaluate(
+        """window.busyAt = [];
+        new MutationObserver(() => window.busyAt.push(
+          document.getElementById('assistant-message').getAttribute('aria-busy'))
+        ).observe(document.getElementById('assistant-message'), {childList: true});"""
+    )
+    page.get_by_test_id("composer-input").fill("go on")
+    page.get_by_test_id("composer-send").click()
+    page.locator("#assistant-message[data-state=done]").wait_for()
+    seen = page.evaluate("window.busyAt")
+    assert seen and set(seen) == {"true"}
+    assert page.get_by_test_id("assistant-message").get_attribute("aria-busy") is None
+
+
+def test_the_usage_meter_and_the_confirm_dialog_have_names(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    started(console_proxy, "named")
+    page = sign_in(console, "#/s/named")
+    page.get_by_test_id("message").nth(1).wait_for()
+    assert page.get_by_role("meter", name="Context window used").count() == 1
+    page.get_by_test_id("action-compact").click()
+    dialog = page.get_by_role("dialog", name="Compact named now?", exact=False)
+    dialog.wait_for()
+    page.get_by_test_id("confirm-cancel").click()
+
+
+def test_in_a_narrow_window_a_toast_is_not_hidden_under_the_memory_prompt(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    started(console_proxy, "narrow")
+    inject(db_dsn, "narrow", "memory.suggestion", {"suggestion_id": "s-1", "facts": ["A", "B"]})
+    console.page.set_viewport_size({"width": 375, "height": 700})
+    page = sign_in(console, "#/s/narrow")
+    prompt = page.get_by_test_id("memory-prompt")
+    prompt.wait_for()
+    page.evaluate("import('/ui/static/app.js').then((m) => m.toast('Could not do it', 'error'))")
+    toast = page.get_by_test_id("toast").filter(has_text="Could not do it")
+    toast.wait_for()
+    a, b = prompt.bounding_box(), toast.bounding_box()
+    assert a and b
+    assert b["y"] + b["height"] <= a["y"] or a["y"] + a["height"] <= b["y"]  # one above the other
+    assert b["x"] >= 0 and b["x"] + b["width"] <= 375  # and both in the window
+    assert a["x"] >= 0 and a["x"] + a["width"] <= 375
