@@ -191,6 +191,7 @@ export class SessionView {
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
+      if (stick && this.messages.trim()) this.showEarlier();
       if (stick && this.messages.rows.length) toEnd();
     } catch (err) {
       if (this.abort.signal.aborted) return; // closed: the page shows another view now

@@ -8,16 +8,25 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.conftest import Page, roomy_config
+from tests.integration.ui.test_console import api, inject, sign_in
 from tests.integration.ui.test_console_audit import started
+from tests.integration.ui.test_console_long import WINDOW
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
+    """A window a long session fits in: no compaction changes the rows under the tests."""
+    return roomy_config(tmp_path, fake_upstream)
 
 
 def test_a_list_the_proxy_did_not_answer_says_so_and_reads_again(
@@ -90,3 +99,27 @@ def test_in_a_narrow_window_a_toast_is_not_hidden_under_the_memory_prompt(
     assert b["y"] + b["height"] <= a["y"] or a["y"] + a["height"] <= b["y"]  # one above the other
     assert b["x"] >= 0 and b["x"] + b["width"] <= 375  # and both in the window
     assert a["x"] >= 0 and a["x"] + a["width"] <= 375
+
+
+def test_a_view_left_open_on_a_working_agent_keeps_a_window_of_rows(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The rows an agent adds while the view follows its tail are appended; past twice a
+    window the oldest go ("load earlier" brings them back), so a page left open all day is
+    not every row of the session, nor is what each whole reload of the window reads."""
+    started(console_proxy, "working")
+    page = sign_in(console, "#/s/working")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    rows.nth(1).wait_for()
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    for i in range(450):
+        history += [{"role": "user", "content": f"go {i}"}, {"role": "assistant", "content": "ok"}]
+    history.append({"role": "user", "content": "and then?"})  # 903 rows, and the reply
+    fake_upstream.script(reply("the last reply"))
+    with api(console_proxy) as h:
+        resp = h.post("/s/working/v1/chat/completions", json={"model": "m", "messages": history})
+        assert resp.status_code == 200, resp.text
+    page.get_by_test_id("message-list").get_by_text("the last reply").wait_for()
+    page.get_by_test_id("load-earlier").filter(has_text="(704 not shown)").wait_for()
+    assert rows.count() == WINDOW
+    assert rows.first.get_attribute("data-pos") == "704"
