@@ -8,6 +8,7 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,29 @@ def test_a_view_left_open_on_a_working_agent_keeps_a_window_of_rows(
     page.get_by_test_id("load-earlier").filter(has_text="(704 not shown)").wait_for()
     assert rows.count() == WINDOW
     assert rows.first.get_attribute("data-pos") == "704"
+
+
+def test_why_the_key_is_asked_again_describes_the_key_field(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The reason shows in the page's header, far from the field the focus goes to: the field
+    names it as its description, so a screen reader says why it asks, not only what."""
+    from playwright.sync_api import expect
+
+    page = console.page
+    page.goto(f"{console.origin}/ui#/")
+    page.get_by_test_id("login-key").fill("not-the-key")
+    page.get_by_test_id("login-submit").click()
+    field = page.get_by_test_id("login-key")
+    expect(field).to_have_accessible_description(re.compile("unknown API key"))
+
+
+def test_a_proxy_out_of_reach_is_said_in_the_consoles_words(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A request that reached nothing fails with the browser's words ("Failed to fetch" in
+    chromium, others elsewhere), which name neither the proxy nor what to do."""
+    console.page.route("**/v1/sessions?*", lambda route: route.abort())
+    page = sign_in(console)
+    page.get_by_test_id("toast").filter(has_text="the proxy could not be reached").wait_for()
+    console.errors.clear()  # the aborted read's own console line
