@@ -204,7 +204,9 @@ export class MessageRows {
     pre.textContent = shown.text;
     const button = li.querySelector("[data-testid=raw-page]");
     button.textContent = rawStatus(shown);
-    button.disabled = shown.next >= shown.total;
+    // all read: it takes no press (renderMessage), yet keeps the focus, which a disabled
+    // button gives up to the page's body, where the keyboard's place is lost
+    button.setAttribute("aria-disabled", String(shown.next >= shown.total));
   }
 }
 

@@ -17,7 +17,7 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page, roomy_config
-from tests.integration.ui.test_console import api, inject, sign_in
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 from tests.integration.ui.test_console_long import WINDOW
 
@@ -150,3 +150,28 @@ def test_a_proxy_out_of_reach_is_said_in_the_consoles_words(
     page = sign_in(console)
     page.get_by_test_id("toast").filter(has_text="the proxy could not be reached").wait_for()
     console.errors.clear()  # the aborted read's own console line
+
+
+def test_paging_a_raw_output_to_its_end_from_the_keyboard_keeps_the_focus(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The last page read, the button says all is shown and takes no press: a disabled
+    button gave the focus up to the page's body, the keyboard's place lost."""
+    fake_upstream.script(reply("ok"))
+    with api(console_proxy) as h:
+        resp = h.post(
+            "/s/paging/v1/chat/completions", json={"model": "m", "messages": tool_round(1, 32000)}
+        )
+        assert resp.status_code == 200, resp.text
+    page = sign_in(console, "#/s/paging")
+    button = page.get_by_test_id("raw-page")
+    button.focus()
+    for _ in range(12):
+        if "All shown" in button.inner_text():
+            break
+        before = button.inner_text()
+        page.keyboard.press("Enter")
+        wait_for(lambda: button.inner_text() != before, page)  # noqa: B023
+    assert "All shown" in button.inner_text()
+    assert button.is_disabled()
+    assert page.evaluate("document.activeElement.dataset.testid") == "raw-page"
