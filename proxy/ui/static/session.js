@@ -2,7 +2,7 @@
 // composer (composer.js), the memory prompt (memory.js) and the live event stream.
 
 import { api, followEvents } from "./api.js";
-import { Composer } from "./composer.js";
+import { Composer, sendable } from "./composer.js";
 import { LiveView } from "./live.js";
 import { MemoryPrompt } from "./memory.js";
 import { handoffText, num, renderSummary, renderUsage } from "./render.js";
@@ -87,7 +87,7 @@ export class SessionView {
     $("assistant-message").removeAttribute("aria-busy"); // a closed view's turn may still run
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
-    $("composer-send").disabled = false; // a turn a closed view sent may still run
+    sendable(true); // a turn a closed view sent may still run
     this.composer.restore();
     this.refresh(true);
     this.replaying = true;

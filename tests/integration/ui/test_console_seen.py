@@ -175,3 +175,23 @@ def test_paging_a_raw_output_to_its_end_from_the_keyboard_keeps_the_focus(
     assert "All shown" in button.inner_text()
     assert button.is_disabled()
     assert page.evaluate("document.activeElement.dataset.testid") == "raw-page"
+
+
+def test_send_pressed_from_the_keyboard_keeps_the_focus(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """Send takes no second press while its message is on its way, yet keeps the focus: a
+    disabled button gave it up to the page's body for the answer's whole length."""
+    started(console_proxy, "pressed")
+    fake_upstream.script(reply("one two three", chunks=3, chunk_delay=0.2))
+    page = sign_in(console, "#/s/pressed")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("go on")
+    page.get_by_test_id("composer-send").focus()
+    page.keyboard.press("Enter")
+    page.locator("#assistant-message[data-state=streaming]").wait_for()
+    assert page.get_by_test_id("composer-send").is_disabled()  # no second message meanwhile
+    assert page.evaluate("document.activeElement.dataset.testid") == "composer-send"
+    page.locator("#assistant-message[data-state=done]").wait_for()
+    assert page.get_by_test_id("composer-send").is_enabled()
+    assert page.evaluate("document.activeElement.dataset.testid") == "composer-send"
