@@ -21,8 +21,8 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
     : node.dataset.key === key));
   if (shown) {
     shown.querySelector("span").textContent = text;
-    clearTimeout(shown.timer);
-    if (ms) shown.timer = setTimeout(() => shown.remove(), ms);
+    shown.ms = ms;
+    later(shown);
     return shown;
   }
   const node = el("div", { class: `toast toast-${kind}`, "data-testid": "toast",
@@ -30,9 +30,24 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   el("span", { text }),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
+  node.ms = ms;
+  // held while the pointer is on it or the focus in it: it does not go from under a person
+  // reading it, or from their keyboard's place on its close button
+  node.addEventListener("pointerenter", () => clearTimeout(node.timer));
+  node.addEventListener("focusin", () => clearTimeout(node.timer));
+  node.addEventListener("pointerleave", () => later(node));
+  node.addEventListener("focusout", (e) => { if (!node.contains(e.relatedTarget)) later(node); });
   $("toasts").append(node);
-  if (ms) node.timer = setTimeout(() => node.remove(), ms);
+  later(node);
   return node;
+}
+
+// A toast's time (`ms`; 0: until closed) starts again, unless the pointer or the focus holds it.
+function later(node) {
+  clearTimeout(node.timer);
+  if (node.ms && !node.matches(":hover, :focus-within")) {
+    node.timer = setTimeout(() => node.remove(), node.ms);
+  }
 }
 
 export function confirmAction(text) {

@@ -195,3 +195,25 @@ def test_send_pressed_from_the_keyboard_keeps_the_focus(
     page.locator("#assistant-message[data-state=done]").wait_for()
     assert page.get_by_test_id("composer-send").is_enabled()
     assert page.evaluate("document.activeElement.dataset.testid") == "composer-send"
+
+
+def test_a_toast_stays_while_the_pointer_or_the_focus_is_on_it(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A toast goes after its time, but not from under the pointer reading it or the focus
+    on its close button (twelve seconds is short to read an error by a screen reader)."""
+    console.page.clock.install()
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    page.evaluate("import('/ui/static/app.js').then((m) => m.toast('Read me', 'error'))")
+    toast = page.get_by_test_id("toast").filter(has_text="Read me")
+    toast.hover()
+    page.clock.run_for(13_000)
+    assert toast.is_visible()
+    toast.get_by_role("button", name="Close").focus()
+    page.mouse.move(0, 0)
+    page.clock.run_for(13_000)
+    assert toast.is_visible()
+    page.get_by_test_id("session-filter").focus()  # the focus and the pointer gone
+    page.clock.run_for(13_000)
+    assert toast.count() == 0
