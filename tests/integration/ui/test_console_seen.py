@@ -217,3 +217,24 @@ def test_a_toast_stays_while_the_pointer_or_the_focus_is_on_it(
     page.get_by_test_id("session-filter").focus()  # the focus and the pointer gone
     page.clock.run_for(13_000)
     assert toast.count() == 0
+
+
+def test_answering_the_memory_prompt_from_the_keyboard_keeps_a_place(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The prompt hidden under the focus gave it up to the page's body: the next suggestion
+    takes it on its own Save, and the last one answered gives it to the composer."""
+    started(console_proxy, "keyed-memory")
+    inject(db_dsn, "keyed-memory", "memory.suggestion", {"suggestion_id": "s-1", "facts": ["A"]})
+    inject(db_dsn, "keyed-memory", "memory.suggestion", {"suggestion_id": "s-2", "facts": ["B"]})
+    page = sign_in(console, "#/s/keyed-memory")
+    prompt = page.get_by_test_id("memory-prompt")
+    prompt.filter(has_text="1 of 2 waiting").wait_for()
+    page.get_by_test_id("memory-dismiss").focus()
+    page.keyboard.press("Enter")
+    prompt.locator("li", has_text="B").wait_for()
+    focused = lambda: page.evaluate("document.activeElement.dataset.testid || ''")  # noqa: E731
+    wait_for(lambda: focused() == "memory-dismiss", page)
+    page.keyboard.press("Enter")
+    prompt.wait_for(state="hidden")
+    wait_for(lambda: focused() == "composer-input", page)
