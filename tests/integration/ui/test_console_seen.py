@@ -238,3 +238,14 @@ def test_answering_the_memory_prompt_from_the_keyboard_keeps_a_place(
     page.keyboard.press("Enter")
     prompt.wait_for(state="hidden")
     wait_for(lambda: focused() == "composer-input", page)
+
+
+def test_open_with_no_session_id_says_one_is_needed(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    page.get_by_test_id("new-session-open").click()  # nothing typed: it did nothing, unsaid
+    field = page.get_by_test_id("new-session-id")
+    assert field.evaluate("(n) => n.validationMessage") != ""
+    assert page.evaluate("document.activeElement.id") == "new-session-id"
