@@ -130,8 +130,19 @@ function sessionRow(s) {
     el("span", { class: "hint", text: s.context_limit
       ? `${num(s.occupancy)} / ${num(s.context_limit)}`
       : num(s.occupancy) })),
-  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }));
+  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "",
+    "data-at": s.updated_at }));
 }
+
+// The list is read when it opens, not kept live: its "… ago" times age while it stays open
+// (a list left open said "3 s ago" of a session hours after).
+const AGE_MS = 30000;
+setInterval(() => {
+  if ($("list-view").hidden) return;
+  for (const td of $("session-list").querySelectorAll("td[data-at]")) {
+    td.textContent = ago(td.dataset.at);
+  }
+}, AGE_MS);
 
 // The button while a page is read: it takes no press (a second would read the same page, a
 // press during a first page would page the list it replaces), yet keeps the focus, which a

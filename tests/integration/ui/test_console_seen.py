@@ -249,3 +249,16 @@ def test_open_with_no_session_id_says_one_is_needed(
     field = page.get_by_test_id("new-session-id")
     assert field.evaluate("(n) => n.validationMessage") != ""
     assert page.evaluate("document.activeElement.id") == "new-session-id"
+
+
+def test_the_lists_last_activity_ages_while_the_list_is_open(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A list left open said "3 s ago" of a session hours after: its times age with it."""
+    started(console_proxy, "aging")
+    console.page.clock.install()
+    page = sign_in(console)
+    cell = page.get_by_test_id("session-row").first.locator("td").last
+    cell.filter(has_text=" s ago").wait_for()
+    page.clock.run_for(5 * 60_000)
+    cell.filter(has_text="5 min ago").wait_for()
