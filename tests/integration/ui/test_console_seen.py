@@ -183,7 +183,7 @@ def test_send_pressed_from_the_keyboard_keeps_the_focus(
     """Send takes no second press while its message is on its way, yet keeps the focus: a
     disabled button gave it up to the page's body for the answer's whole length."""
     started(console_proxy, "pressed")
-    fake_upstream.script(reply("one two three", chunks=3, chunk_delay=0.2))
+    fake_upstream.script(reply("one two three", chunks=3, chunk_delay=0.1))
     page = sign_in(console, "#/s/pressed")
     page.get_by_test_id("message").nth(1).wait_for()
     page.get_by_test_id("composer-input").fill("go on")
