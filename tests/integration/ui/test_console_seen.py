@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.replies import reply
+from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page, roomy_config
@@ -262,3 +262,27 @@ def test_the_lists_last_activity_ages_while_the_list_is_open(
     cell.filter(has_text=" s ago").wait_for()
     page.clock.run_for(5 * 60_000)
     cell.filter(has_text="5 min ago").wait_for()
+
+
+def test_an_answer_cut_off_mid_stream_says_so_after_its_toast_has_gone(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The provider failed halfway: the text that came stays in the answer box, which looked
+    like a whole answer once the toast saying otherwise had gone."""
+    started(console_proxy, "cut-off")
+    fake_upstream.script(
+        raw(
+            'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
+            '"choices":[{"index":0,"delta":{"role":"assistant","content":"Half"},'
+            '"finish_reason":null}]}\n\n',
+            'data: {"error":{"message":"overloaded","type":"server_error","code":null}}\n\n',
+        )
+    )
+    page = sign_in(console, "#/s/cut-off")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("go on")
+    page.get_by_test_id("composer-send").click()
+    box = page.locator("[data-testid=assistant-message][data-state=failed]")
+    box.wait_for()
+    after = box.evaluate("(n) => getComputedStyle(n, '::after').content")
+    assert "not answered in full" in after
