@@ -76,6 +76,7 @@ export function handleError(err, what, ms = 12000) {
 // sessions apart by it).
 function show(id, name) {
   for (const view of ["login", "list-view", "session-view"]) $(view).hidden = view !== id;
+  $("forget-key").hidden = id === "login"; // signing in is where a key is changed
   document.title = `${name} · Cascade console`;
 }
 

@@ -286,3 +286,15 @@ def test_an_answer_cut_off_mid_stream_says_so_after_its_toast_has_gone(
     box.wait_for()
     after = box.evaluate("(n) => getComputedStyle(n, '::after').content")
     assert "not answered in full" in after
+
+
+def test_change_key_is_offered_only_to_a_page_signed_in(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    page = console.page
+    page.goto(f"{console.origin}/ui#/")
+    page.get_by_test_id("login-key").wait_for()
+    change = page.get_by_role("button", name="Change key")
+    assert change.is_hidden()  # the sign-in view is where a key is changed
+    sign_in(console)
+    change.wait_for()
