@@ -70,13 +70,14 @@ def test_the_answer_box_is_busy_while_it_streams(
     assert page.get_by_test_id("assistant-message").get_attribute("aria-busy") is None
 
 
-def test_the_usage_meter_and_the_confirm_dialog_have_names(
+def test_the_usage_meter_the_message_list_and_the_confirm_dialog_have_names(
     console: Page, console_proxy: ProxyServer
 ) -> None:
     started(console_proxy, "named")
     page = sign_in(console, "#/s/named")
     page.get_by_test_id("message").nth(1).wait_for()
     assert page.get_by_role("meter", name="Context window used").count() == 1
+    assert page.get_by_role("list", name="Messages", exact=True).count() == 1
     page.get_by_test_id("action-compact").click()
     dialog = page.get_by_role("dialog", name="Compact named now?", exact=False)
     dialog.wait_for()
