@@ -299,3 +299,15 @@ def test_change_key_is_offered_only_to_a_page_signed_in(
     assert change.is_hidden()  # the sign-in view is where a key is changed
     sign_in(console)
     change.wait_for()
+
+
+def test_a_filter_that_matches_nothing_is_said_to_a_screen_reader(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """Typing in the filter, the focus stays in it: that nothing matches is a live status, not
+    only a line under the table the reader's focus never reaches."""
+    started(console_proxy, "only-one")
+    page = sign_in(console)
+    page.get_by_test_id("session-row").first.wait_for()
+    page.get_by_test_id("session-filter").fill("zzz")
+    page.get_by_role("status").filter(has_text='No session matches "zzz"').wait_for()
