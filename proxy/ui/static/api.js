@@ -52,13 +52,26 @@ async function failure(resp) {
   return new ApiError(resp.status, message, code, resp.headers.has("WWW-Authenticate"));
 }
 
+// A request that reached nothing (the proxy away, restarting, the network down) fails with
+// the browser's own words ("Failed to fetch"), which name neither the proxy nor the way out:
+// it is said in the console's, still a TypeError (no status: no answer came). An abort is
+// passed on as it is.
+async function reach(url, init) {
+  try {
+    return await fetch(url, init);
+  } catch (err) {
+    if (!(err instanceof TypeError)) throw err;
+    throw new TypeError(`the proxy could not be reached (${err.message}); is it running?`);
+  }
+}
+
 export async function call(method, path, body, { signal } = {}) {
   const init = { method, headers: headers(), signal };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(ROOT + path, init);
+  const resp = await reach(ROOT + path, init);
   if (!resp.ok) throw await failure(resp);
   return resp.json();
 }
@@ -172,7 +185,7 @@ export async function* sseFrames(
 export async function chatStream(sessionId, body, onDelta, { signal, requestId } = {}) {
   const extra = { "Content-Type": "application/json", Accept: "text/event-stream" };
   if (requestId) extra["X-Request-Id"] = requestId; // the turn's context.usage names it
-  const resp = await fetch(`${ROOT}/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
+  const resp = await reach(`${ROOT}/s/${encodeURIComponent(sessionId)}/v1/chat/completions`, {
     method: "POST",
     headers: headers(extra),
     body: JSON.stringify({ ...body, stream: true }),
@@ -237,7 +250,7 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
       const h = headers({ Accept: "text/event-stream" });
       if (lastId) h["Last-Event-ID"] = lastId;
       heard();
-      const resp = await fetch(`${ROOT}/v1/sessions/${encodeURIComponent(sessionId)}/events`,
+      const resp = await reach(`${ROOT}/v1/sessions/${encodeURIComponent(sessionId)}/events`,
         { headers: h, signal: attempt.signal });
       if (resp.status === 404) { onState("gone"); return; }
       if (resp.status === 403) { onState("forbidden", await failure(resp)); return; }

@@ -21,8 +21,8 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
     : node.dataset.key === key));
   if (shown) {
     shown.querySelector("span").textContent = text;
-    clearTimeout(shown.timer);
-    if (ms) shown.timer = setTimeout(() => shown.remove(), ms);
+    shown.ms = ms;
+    later(shown);
     return shown;
   }
   const node = el("div", { class: `toast toast-${kind}`, "data-testid": "toast",
@@ -30,9 +30,24 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   el("span", { text }),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
+  node.ms = ms;
+  // held while the pointer is on it or the focus in it: it does not go from under a person
+  // reading it, or from their keyboard's place on its close button
+  node.addEventListener("pointerenter", () => clearTimeout(node.timer));
+  node.addEventListener("focusin", () => clearTimeout(node.timer));
+  node.addEventListener("pointerleave", () => later(node));
+  node.addEventListener("focusout", (e) => { if (!node.contains(e.relatedTarget)) later(node); });
   $("toasts").append(node);
-  if (ms) node.timer = setTimeout(() => node.remove(), ms);
+  later(node);
   return node;
+}
+
+// A toast's time (`ms`; 0: until closed) starts again, unless the pointer or the focus holds it.
+function later(node) {
+  clearTimeout(node.timer);
+  if (node.ms && !node.matches(":hover, :focus-within")) {
+    node.timer = setTimeout(() => node.remove(), node.ms);
+  }
 }
 
 export function confirmAction(text) {
@@ -61,6 +76,7 @@ export function handleError(err, what, ms = 12000) {
 // sessions apart by it).
 function show(id, name) {
   for (const view of ["login", "list-view", "session-view"]) $(view).hidden = view !== id;
+  $("forget-key").hidden = id === "login"; // signing in is where a key is changed
   document.title = `${name} · Cascade console`;
 }
 
@@ -115,8 +131,19 @@ function sessionRow(s) {
     el("span", { class: "hint", text: s.context_limit
       ? `${num(s.occupancy)} / ${num(s.context_limit)}`
       : num(s.occupancy) })),
-  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "" }));
+  el("td", { class: "hint", text: ago(s.updated_at), title: s.updated_at || "",
+    "data-at": s.updated_at }));
 }
+
+// The list is read when it opens, not kept live: its "… ago" times age while it stays open
+// (a list left open said "3 s ago" of a session hours after).
+const AGE_MS = 30000;
+setInterval(() => {
+  if ($("list-view").hidden) return;
+  for (const td of $("session-list").querySelectorAll("td[data-at]")) {
+    td.textContent = ago(td.dataset.at);
+  }
+}, AGE_MS);
 
 // The button while a page is read: it takes no press (a second would read the same page, a
 // press during a first page would page the list it replaces), yet keeps the focus, which a
@@ -130,12 +157,14 @@ function reading(on) {
 // The last page hides the button; the focus on it goes to the first session that page added.
 function renderList(added, more) {
   const pressed = document.activeElement === $("sessions-more");
+  const retried = document.activeElement === $("list-retry");
   $("sessions-more").hidden = !listMore;
+  $("list-retry").hidden = true;
   reading(false);
   const rows = added.map(sessionRow);
   if (more) $("session-list").append(...rows);
   else $("session-list").replaceChildren(...rows);
-  if (pressed && !listMore) (rows[0]?.querySelector("a") || $("list-title")).focus();
+  if ((pressed && !listMore) || retried) (rows[0]?.querySelector("a") || $("list-title")).focus();
   // Empty says why: no session at all for this key, or none the filter matches.
   $("list-empty").textContent = listQuery
     ? `No session matches "${listQuery}".` : "No sessions yet for this key.";
@@ -157,6 +186,16 @@ function forgetList() {
   reading(false);
   $("session-list").replaceChildren();
   $("list-empty").hidden = true;
+  $("list-retry").hidden = true;
+}
+
+// A first page the proxy did not answer (away, restarting): said where the rows go, with a
+// button that reads it again (data-testid sessions-retry); the toast alone went and left an
+// empty table that nothing filled but a reload. A next page's own button reads it again.
+function listFailed(err) {
+  $("list-empty").textContent = `Could not list the sessions: ${err.message}`;
+  $("list-empty").hidden = false;
+  $("list-retry").hidden = false;
 }
 
 // Each opening of the list, and each filter, reads its first page again, and the button the
@@ -184,7 +223,7 @@ async function readList(more) {
   } catch (err) {
     if (asked !== listing) return;
     reading(false);
-    handleError(err, "Could not list the sessions");
+    if (handleError(err, "Could not list the sessions") && !more) listFailed(err);
   }
 }
 
@@ -258,6 +297,7 @@ function boot() {
     clearTimeout(filterTimer);
     filterTimer = setTimeout(() => readList(false), FILTER_MS);
   });
+  $("list-retry").addEventListener("click", () => readList(false));
   $("sessions-more").addEventListener("click", () => {
     if ($("sessions-more").getAttribute("aria-disabled") !== "true") readList(true);
   });

@@ -26,6 +26,12 @@ function grow(box, text) {
   if (following) box.scrollTop = box.scrollHeight;
 }
 
+// Send while a message is on its way: it takes no press (send returns at once), yet keeps
+// the focus, which a disabled button gives up to the page's body for the answer's length.
+export function sendable(on) {
+  $("composer-send").setAttribute("aria-disabled", String(!on));
+}
+
 // What was typed in each session's composer and not sent, by session id: the composer is
 // one element for every view, and a draft showed under the next session opened.
 const drafts = new Map();
@@ -216,8 +222,11 @@ export class Composer {
     let answered;
     turn.sent = new Promise((done) => { answered = done; });
     this.turns = [...this.turns, turn];
-    $("composer-send").disabled = true;
+    sendable(false);
     const answer = $("assistant-message");
+    // a live region whose whole text is set again at each delta: busy until the turn ends,
+    // a screen reader reads the answer once, whole, not all of it again at every piece
+    answer.setAttribute("aria-busy", "true");
     answer.textContent = "";
     answer.dataset.state = "streaming";
     let model = $("composer-model").value.trim();
@@ -252,7 +261,11 @@ export class Composer {
       answered();
       this.sending = false;
       this.outgoing = null;
-      here(() => { $("composer-send").disabled = false; this.view.refresh(); });
+      here(() => {
+        sendable(true);
+        answer.removeAttribute("aria-busy");
+        this.view.refresh();
+      });
     }
   }
 }

@@ -15,6 +15,8 @@ function room(on) {
   const atEnd = page.scrollHeight - page.scrollTop - page.clientHeight < 40;
   const below = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
   $("main").style.paddingBottom = below;
+  // a window too narrow for the prompt and the toasts side by side stacks them (app.css)
+  document.documentElement.style.setProperty("--prompt-room", below);
   $("composer").style.scrollMarginBottom = below;
   const tall = page.scrollHeight > page.clientHeight;
   if (on && atEnd && tall) $("composer").scrollIntoView({ block: "end" });
@@ -82,10 +84,15 @@ export class MemoryPrompt {
 
   // One answer at a time: a second press while the first is on its way (a double click)
   // would answer the suggestion again, which the proxy refuses.
+  // Answered from the keyboard, the focus keeps a place: the prompt hidden under it gave it
+  // up to the page's body; the same button of the next suggestion has it, or the composer
+  // when none waits (unless the person went somewhere else meanwhile).
   async answer(save) {
     const s = this.suggestion;
     if (!s || this.answering) return;
     this.answering = true;
+    const button = document.activeElement;
+    const held = $("memory-prompt").contains(button);
     try {
       await (save ? api.acceptMemory(s.id) : api.rejectMemory(s.id));
       this.hide();
@@ -95,6 +102,10 @@ export class MemoryPrompt {
     } finally {
       this.answering = false;
     }
-    this.ask(); // the next one waiting, or none (this one answered elsewhere meanwhile)
+    await this.ask(); // the next one waiting, or none (this one answered elsewhere meanwhile)
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (held && lost && !this.signal.aborted) {
+      ($("memory-prompt").hidden ? $("composer-input") : button).focus();
+    }
   }
 }

@@ -191,7 +191,8 @@ export function renderMessage(row, onPage, folded = false) {
   const kept = row.truncated && !NO_COPY.test(contentText(m.content));
   if ((kept || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
-      text: "Show the raw output", onclick: () => onPage(row, li) }));
+      text: "Show the raw output",
+      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } }));
   }
   return li;
 }

@@ -148,6 +148,24 @@ export class MessageRows {
     this.shown = this.rows.length;
   }
 
+  // A view left open on a working agent follows every row it adds: held past 2 * WINDOW
+  // while the page follows the tail, the rows before the last WINDOW go, from the data and
+  // the page ("load earlier" brings them back), so the page, and the window a whole reload
+  // reads again, stay the size a fresh open has. True when some went. After render only:
+  // the rows and the list's items are then one for one.
+  trim() {
+    const drop = this.rows.length - WINDOW;
+    if (this.rows.length <= 2 * WINDOW || this.shown !== this.rows.length) return false;
+    this.rows = this.rows.slice(drop);
+    this.start += drop;
+    this.shown -= drop;
+    const range = document.createRange();
+    range.setStartBefore(this.list.firstElementChild);
+    range.setEndAfter(this.list.children[drop - 1]);
+    range.deleteContents();
+    return true;
+  }
+
   item(row) {
     const folded = row.pos < this.boundary && row.role !== "system" && row.role !== "developer";
     const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
@@ -186,7 +204,9 @@ export class MessageRows {
     pre.textContent = shown.text;
     const button = li.querySelector("[data-testid=raw-page]");
     button.textContent = rawStatus(shown);
-    button.disabled = shown.next >= shown.total;
+    // all read: it takes no press (renderMessage), yet keeps the focus, which a disabled
+    // button gives up to the page's body, where the keyboard's place is lost
+    button.setAttribute("aria-disabled", String(shown.next >= shown.total));
   }
 }
 

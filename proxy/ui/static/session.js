@@ -2,7 +2,7 @@
 // composer (composer.js), the memory prompt (memory.js) and the live event stream.
 
 import { api, followEvents } from "./api.js";
-import { Composer } from "./composer.js";
+import { Composer, sendable } from "./composer.js";
 import { LiveView } from "./live.js";
 import { MemoryPrompt } from "./memory.js";
 import { handoffText, num, renderSummary, renderUsage } from "./render.js";
@@ -84,9 +84,10 @@ export class SessionView {
     for (const id of ["session-meta", "message-list", "assistant-message", "status-line",
       "usage-text", "usage-bar", "usage-legend", "summary"]) $(id).replaceChildren();
     $("usage-reclaimed").hidden = true;
+    $("assistant-message").removeAttribute("aria-busy"); // a closed view's turn may still run
     $("load-earlier").hidden = true;
     $("composer-model").value = "";
-    $("composer-send").disabled = false; // a turn a closed view sent may still run
+    sendable(true); // a turn a closed view sent may still run
     this.composer.restore();
     this.refresh(true);
     this.replaying = true;
@@ -190,6 +191,7 @@ export class SessionView {
       this.live.drop(ended);
       if (this.missing) { this.missing = false; this.follow(); }
       this.render();
+      if (stick && this.messages.trim()) this.showEarlier();
       if (stick && this.messages.rows.length) toEnd();
     } catch (err) {
       if (this.abort.signal.aborted) return; // closed: the page shows another view now
