@@ -323,6 +323,14 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
     # JSON Web Tokens (header.payload.signature, base64url).
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
+    # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
+    # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
+    # Discord webhook's. Keeps the host and the path's fixed words; ``\/`` is a JSON slash.
+    r"telegram\.org\\?/(?:file\\?/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})",
+    r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/"
+    r"(?P<secret>(?:[A-Za-z0-9+_\-]|\\?/){24,256})",
+    r"discord(?:app)?\.com\\?/api\\?/(?:v[0-9]{1,2}\\?/)?webhooks\\?/[0-9]{5,24}\\?/"
+    r"(?P<secret>[A-Za-z0-9_\-]{20,256})",
     # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
     # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
     r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",
