@@ -35,6 +35,22 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"),
         ("AIza",),
         ("eyJ",),
+        # a URL path's secret, its slashes bare or escaped as JSON may write them
+        tuple(f"telegram.org{a}/{b}bot" for a in ("", "\\") for b in ("", "file/", "file\\/")),
+        tuple(
+            sorted(
+                f"hooks.slack.com{a}/{kind}{b}/"
+                for a in ("", "\\")
+                for kind in ("services", "triggers", "workflows")
+                for b in ("", "\\")
+            )
+        ),
+        tuple(
+            f"discord{app}.com{a}/api{b}/"
+            for app in ("", "app")
+            for a in ("", "\\")
+            for b in ("", "\\")
+        ),
         ("://",),
         ("bearer\t", "bearer "),
         ("authorization",),
@@ -57,7 +73,7 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
     )
     assert [plan_of(p).folded for p in PATTERNS].count(True) == 7
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
-    assert plan_of(PATTERNS[15]).keys == {"://": None}
+    assert plan_of(PATTERNS[18]).keys == {"://": None}
     # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
     scanner = scanner_for(PATTERNS)
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
