@@ -38,12 +38,12 @@ _KEYWORD = (
 # nulls, and values already redacted; and source code that names a token or password, which
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``, TypeScript's
-# ``password: string;``: ``_BUILTIN_TYPE``), a comment after the separator (``if not
-# tokens:  # …``), a printf placeholder (``"tokens: %s"``), asterisks alone (a Markdown
-# label's closing ``**``, a masked ``********``), a variable's name (``_csrf_token:
-# csrfToken``, ``password = self.password``): a whole value of letters and underscores that
-# is camelCase, snake_case, CONSTANT_CASE or an attribute
-# (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
+# ``password: string;``: ``_BUILTIN_TYPE``) or a generic one (``_GENERIC``), a comment
+# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
+# asterisks alone (a Markdown label's closing ``**``, a masked ``********``), a variable's
+# name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value of letters
+# and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute (dotted).
+# A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
 # A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
 # bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
@@ -85,6 +85,10 @@ _IDENTIFIER = (
 _BUILTIN_TYPE = (
     r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void)"
 )
+# A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
+# capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
+# shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
+_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?]{0,256}>)"
 # An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
 # ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
 _ANNOTATION = (
@@ -93,7 +97,7 @@ _ANNOTATION = (
     + "{0,3}:"
     + BLANK
     + "{0,3}"
-    + _BUILTIN_TYPE
+    + f"(?:{_BUILTIN_TYPE}|{_GENERIC})"
     + r"\??(?="
     + BLANK
     + r"{0,3}=(?![=>])))?+"
@@ -103,6 +107,7 @@ _NOT_A_VALUE = (
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
     r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
+    r"(?!" + _GENERIC + ")"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
