@@ -49,11 +49,13 @@ _KEYWORD = (
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
 # ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
 # Windows path's) is the value's, read as one pair, so a run of them has one reading and a
-# value that turns out no call (below) is not tried again at each way of pairing them.
+# value that turns out no call (below) is not tried again at each way of pairing them; a
+# pair before ``\"`` is a quote escaped twice (``\\\"``), which ends the value.
 _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
-# file an agent writes is one string in its call's arguments).
-_QUOTE = r"(?:\\?[\"'])"
+# file an agent writes is one string in its call's arguments), or escaped once more
+# (``\\\"api_key\\\": …``: that call's arguments logged, or a JSON tool result inside one).
+_QUOTE = r"(?:(?:\\\\\\|\\)?[\"'])"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
 # ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
@@ -61,8 +63,8 @@ _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # a colon, an arrow or blanks (``password: ab&cd=ef`` in YAML, ``PASSWORD = …``) no form is
 # read, and the ``&`` is the value's (``_ANY_VALUE``): cut there, its tail went upstream.
 _FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
-_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
-_ANY_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
+_ANY_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -168,10 +170,14 @@ _WHOLE_STRING = (
     + ")"
 )
 
+# A value between quotes escaped twice (``\\\"…\\\"``), to the first such quote: one its
+# own text escapes is escaped thrice (seven backslashes), read as one of its characters.
+_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){7}"|[^"\\\n]|\\[^"\n]){1,500}?)\\\\\\"'
+
 
 def _secret_value(block: str) -> str:
     return (
-        r"(?!\\?[\"']?\[REDACTED\])(?:"
+        r"(?!(?:\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
         + _WHOLE_STRING
@@ -182,7 +188,9 @@ def _secret_value(block: str) -> str:
         + r"|'(?P<secret2>[^'\n]{1,500})'|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
-        + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+        + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
+        + _TWICE_ESCAPED
+        + r"|(?!\\\"|\\\\\\\")"
         + _NOT_A_VALUE
         + r"(?:"
         + _IN_FORM
