@@ -174,6 +174,9 @@ _WHOLE_STRING = (
 # own text escapes is escaped thrice (seven backslashes), read as one of its characters.
 _TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){7}"|[^"\\\n]|\\[^"\n]){1,500}?)\\\\\\"'
 
+# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few.
+_HOST = r"(?:[A-Za-z0-9\-]{1,63}\.){0,4}"
+
 
 def _secret_value(block: str) -> str:
     return (
@@ -338,12 +341,17 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
     # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
     # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
-    # Discord webhook's. Keeps the host and the path's fixed words; ``\/`` is a JSON slash.
-    r"telegram\.org\\?/(?:file\\?/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})",
-    r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/"
-    r"(?P<secret>(?:[A-Za-z0-9+_\-]|\\?/){24,256})",
-    r"discord(?:app)?\.com\\?/api\\?/(?:v[0-9]{1,2}\\?/)?webhooks\\?/[0-9]{5,24}\\?/"
-    r"(?P<secret>[A-Za-z0-9_\-]{20,256})",
+    # Discord webhook's. Keeps the host and the path's fixed words. Each begins at ``://``,
+    # the URL password's literal, the host's labels read after it: a literal of their own
+    # would take the scanner past the 64 the automaton reads fastest (``redaction_scan``).
+    r"://" + _HOST + r"telegram\.org/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})",
+    r"://"
+    + _HOST
+    + r"slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9+_/\-]{24,256})",
+    r"://"
+    + _HOST
+    + r"discord(?:app)?\.com/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
+    + r"(?P<secret>[A-Za-z0-9_\-]{20,256})",
     # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
     # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
     r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",

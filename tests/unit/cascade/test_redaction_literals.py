@@ -35,22 +35,10 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"),
         ("AIza",),
         ("eyJ",),
-        # a URL path's secret, its slashes bare or escaped as JSON may write them
-        tuple(f"telegram.org{a}/{b}bot" for a in ("", "\\") for b in ("", "file/", "file\\/")),
-        tuple(
-            sorted(
-                f"hooks.slack.com{a}/{kind}{b}/"
-                for a in ("", "\\")
-                for kind in ("services", "triggers", "workflows")
-                for b in ("", "\\")
-            )
-        ),
-        tuple(
-            f"discord{app}.com{a}/api{b}/"
-            for app in ("", "app")
-            for a in ("", "\\")
-            for b in ("", "\\")
-        ),
+        # a URL path's secret (Telegram, Slack, Discord): from the URL password's literal
+        ("://",),
+        ("://",),
+        ("://",),
         ("://",),
         ("bearer\t", "bearer "),
         ("authorization",),
@@ -76,6 +64,9 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
     assert plan_of(PATTERNS[18]).keys == {"://": None}
     # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
     scanner = scanner_for(PATTERNS)
+    # At most 64: past that the automaton gives up its packed (SIMD) search and reads a text
+    # several times slower (docs/perf.md); a new pattern shares a literal or frees one.
+    assert len(scanner.literals) <= 64
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
     text = "x AKIA akia ghp_ ghx_ Token"
     found = scanner.find(text)

@@ -31,9 +31,9 @@ _DISCORD = "1234567890123456789/" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7" * 2 + "cF0hJ3l
             f'{{"url": "https://hooks.slack.com/services/{_SLACK}"}}',
             f'{{"url": "https://hooks.slack.com/services/{REDACTED}"}}',
         ),
-        (  # JSON that escapes its slashes, as PHP's json_encode and Slack's API write it
-            '"https:\\/\\/hooks.slack.com\\/services\\/' + _SLACK.replace("/", "\\/") + '"',
-            f'"https:\\/\\/hooks.slack.com\\/services\\/{REDACTED}"',
+        (
+            f"https://ptb.discord.com/api/webhooks/{_DISCORD}",
+            f"https://ptb.discord.com/api/webhooks/{_DISCORD.split('/')[0]}/{REDACTED}",
         ),
         (
             f"POST https://discord.com/api/webhooks/{_DISCORD}?wait=true",
@@ -75,13 +75,14 @@ def test_a_placeholder_in_those_urls_is_kept(text: str) -> None:
 @pytest.mark.parametrize(
     "hostile",
     [
-        "api.telegram.org/bot" * 6_000,
-        "api.telegram.org/bot1234567:" + "A" * 100_000,
-        "hooks.slack.com/services/" * 5_000,
-        "hooks.slack.com/services/" + "\\/" * 50_000,
-        "discord.com/api/webhooks/" * 5_000,
-        "discord.com/api/webhooks/" + "1" * 100_000,
-        "discordapp.com/api/v1/webhooks/1/" + "a" * 100_000,
+        "://api.telegram.org/bot" * 5_000,
+        "://api.telegram.org/bot1234567:" + "A" * 100_000,
+        "://hooks.slack.com/services/" * 4_000,
+        "://a.b.c.d.e.f.g.h.i." * 5_000,
+        "://" + "a." * 50_000,
+        "://discord.com/api/webhooks/" * 4_000,
+        "://discord.com/api/webhooks/" + "1" * 100_000,
+        "://discordapp.com/api/v1/webhooks/1/" + "a" * 100_000,
     ],
 )
 def test_those_patterns_read_hostile_text_in_linear_time(hostile: str) -> None:
