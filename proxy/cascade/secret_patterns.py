@@ -83,14 +83,26 @@ _IDENTIFIER = (
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
 )
 # A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
-# and C#'s (``String?``, optional); none is a password anyone sets.
+# and C#'s (``String?``, optional), Rust's numbers, Pydantic's secrets (``api_key: SecretStr``);
+# none is a password anyone sets.
 _BUILTIN_TYPE = (
-    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void)"
+    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
+    r"|[iu](?:8|16|32|64|128|size)|f32|f64|char|secretstr|secretbytes)"
 )
 # A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
 # capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
 # shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
-_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?]{0,256}>)"
+_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>)"
+# Other types code writes after a name: TypeScript's operators (``readonly string[]``,
+# ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
+# name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
+# ``JwtPayload | null``, ``Token[]``). One at a line's end is a secret: ``SuperSecret`` in a
+# .env cannot be told from a Python annotation's type there.
+_CODE_TYPE = (
+    r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
+    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:str|\[|[A-Z])"
+    r"|(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
+)
 # An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
 # ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
 _ANNOTATION = (
@@ -99,7 +111,7 @@ _ANNOTATION = (
     + "{0,3}:"
     + BLANK
     + "{0,3}"
-    + f"(?:{_BUILTIN_TYPE}|{_GENERIC})"
+    + f"(?:{_BUILTIN_TYPE}|{_GENERIC}|(?-i:(?:[A-Z][a-z]{{1,64}}){{2,16}}))"
     + r"\??(?="
     + BLANK
     + r"{0,3}=(?![=>])))?+"
@@ -109,7 +121,7 @@ _NOT_A_VALUE = (
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
     r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
-    r"(?!" + _GENERIC + ")"
+    r"(?!" + _GENERIC + "|" + _CODE_TYPE + ")"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
