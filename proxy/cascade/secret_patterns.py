@@ -38,22 +38,24 @@ _KEYWORD = (
 # nulls, and values already redacted; and source code that names a token or password, which
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``, TypeScript's
-# ``password: string;``: ``_BUILTIN_TYPE``), a comment after the separator (``if not
-# tokens:  # …``), a printf placeholder (``"tokens: %s"``), asterisks alone (a Markdown
-# label's closing ``**``, a masked ``********``), a variable's name (``_csrf_token:
-# csrfToken``, ``password = self.password``): a whole value of letters and underscores that
-# is camelCase, snake_case, CONSTANT_CASE or an attribute
-# (dotted). A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
+# ``password: string;``: ``_BUILTIN_TYPE``) or a generic one (``_GENERIC``), a comment
+# after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
+# asterisks alone (a Markdown label's closing ``**``, a masked ``********``), a variable's
+# name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value of letters
+# and underscores that is camelCase, snake_case, CONSTANT_CASE or an attribute (dotted).
+# A plain word (``Password: theagentcompany``) or any digit still reads as a secret.
 # A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
 # bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
 # ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
 # Windows path's) is the value's, read as one pair, so a run of them has one reading and a
-# value that turns out no call (below) is not tried again at each way of pairing them.
+# value that turns out no call (below) is not tried again at each way of pairing them; a
+# pair before ``\"`` is a quote escaped twice (``\\\"``), which ends the value.
 _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
-# file an agent writes is one string in its call's arguments).
-_QUOTE = r"(?:\\?[\"'])"
+# file an agent writes is one string in its call's arguments), or escaped once more
+# (``\\\"api_key\\\": …``: that call's arguments logged, or a JSON tool result inside one).
+_QUOTE = r"(?:(?:\\\\\\|\\)?[\"'])"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
 # ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
@@ -61,8 +63,8 @@ _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # a colon, an arrow or blanks (``password: ab&cd=ef`` in YAML, ``PASSWORD = …``) no form is
 # read, and the ``&`` is the value's (``_ANY_VALUE``): cut there, its tail went upstream.
 _FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
-_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
-_ANY_VALUE = r"(?:\\\\|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
+_ANY_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -81,9 +83,25 @@ _IDENTIFIER = (
     r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
 )
 # A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
-# and C#'s (``String?``, optional); none is a password anyone sets.
+# and C#'s (``String?``, optional), Rust's numbers, Pydantic's secrets (``api_key: SecretStr``);
+# none is a password anyone sets.
 _BUILTIN_TYPE = (
-    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void)"
+    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
+    r"|[iu](?:8|16|32|64|128|size)|f32|f64|char|secretstr|secretbytes)"
+)
+# A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
+# capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
+# shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
+_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>)"
+# Other types code writes after a name: TypeScript's operators (``readonly string[]``,
+# ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
+# name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
+# ``JwtPayload | null``, ``Token[]``). One at a line's end is a secret: ``SuperSecret`` in a
+# .env cannot be told from a Python annotation's type there.
+_CODE_TYPE = (
+    r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
+    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:str|\[|[A-Z])"
+    r"|(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
 )
 # An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
 # ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
@@ -93,7 +111,7 @@ _ANNOTATION = (
     + "{0,3}:"
     + BLANK
     + "{0,3}"
-    + _BUILTIN_TYPE
+    + f"(?:{_BUILTIN_TYPE}|{_GENERIC}|(?-i:(?:[A-Z][a-z]{{1,64}}){{2,16}}))"
     + r"\??(?="
     + BLANK
     + r"{0,3}=(?![=>])))?+"
@@ -103,6 +121,7 @@ _NOT_A_VALUE = (
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
     r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
+    r"(?!" + _GENERIC + "|" + _CODE_TYPE + ")"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
@@ -163,10 +182,17 @@ _WHOLE_STRING = (
     + ")"
 )
 
+# A value between quotes escaped twice (``\\\"…\\\"``), to the first such quote: one its
+# own text escapes is escaped thrice (seven backslashes), read as one of its characters.
+_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){7}"|[^"\\\n]|\\[^"\n]){1,500}?)\\\\\\"'
+
+# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few.
+_HOST = r"(?:[A-Za-z0-9\-]{1,63}\.){0,4}"
+
 
 def _secret_value(block: str) -> str:
     return (
-        r"(?!\\?[\"']?\[REDACTED\])(?:"
+        r"(?!(?:\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
         + _WHOLE_STRING
@@ -177,7 +203,9 @@ def _secret_value(block: str) -> str:
         + r"|'(?P<secret2>[^'\n]{1,500})'|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
-        + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|(?!\\\")"
+        + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
+        + _TWICE_ESCAPED
+        + r"|(?!\\\"|\\\\\\\")"
         + _NOT_A_VALUE
         + r"(?:"
         + _IN_FORM
@@ -323,6 +351,18 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
     # JSON Web Tokens (header.payload.signature, base64url).
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
+    # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
+    # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
+    # Discord webhook's. Keeps the host and the path's fixed words. Each begins at ``://``,
+    # the URL password's literal, the host's labels read after it: a literal of their own
+    # would take the scanner past the 64 the automaton reads fastest (``redaction_scan``).
+    # One pattern, so each ``://`` is tried once for all three.
+    r"://"
+    + _HOST
+    + r"(?:telegram\.org/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"|slack\.com/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
+    + r"|discord(?:app)?\.com/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
+    + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))",
     # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
     # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
     r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 
 PATTERNS = compile_patterns(())
@@ -57,3 +59,57 @@ def test_json_in_a_string_in_json_text_is_redacted_whole() -> None:
     text = json.dumps({"cmd": 'SECRET_DIR="C:\\keys\\" API_KEY="abc123def"'})
     out, n = redact(text, PATTERNS)
     assert json.loads(out)["cmd"] == f'SECRET_DIR="{REDACTED}" API_KEY="{REDACTED}"'
+
+
+def _nested(value: object, levels: int) -> str:
+    """``value`` as JSON inside a JSON string, ``levels`` deep: a tool's JSON output held by
+    a JSON tool result, that result logged as a request body's JSON."""
+    text = json.dumps(value)
+    for i in range(levels - 1):
+        text = json.dumps({f"level{i}": text})
+    return text
+
+
+def _unnested(text: str, levels: int) -> object:
+    out: object = json.loads(text)
+    for i in reversed(range(levels - 1)):
+        assert isinstance(out, dict)
+        out = json.loads(out[f"level{i}"])
+    return out
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+def test_json_inside_json_strings_loses_its_secrets_and_stays_json(levels: int) -> None:
+    """Two levels down a key's quotes are escaped once (``\\"api_key\\"``), three levels
+    down twice (``\\\\\\"api_key\\\\\\"``): there the key was not read, and its value, a
+    ``docker inspect``'s environment or a logged body's key, went upstream."""
+    doc = {
+        "api_key": "sk-live-4f9a8b7c",
+        "password": 'pa"ss\\w0rd9',
+        "Config": {"Env": ["DB_PASSWORD=hunter2x", "PATH=/usr/bin"]},
+        "user": "admin",
+    }
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 3 and not any(s in out for s in ("4f9a8b7c", "w0rd9", "hunter2x"))
+    assert _unnested(out, levels) == {
+        "api_key": REDACTED,
+        "password": REDACTED,
+        "Config": {"Env": [f"DB_PASSWORD={REDACTED}", "PATH=/usr/bin"]},
+        "user": "admin",
+    }
+    assert redact(out, PATTERNS) == (out, 0)
+
+
+def test_twice_escaped_values_are_read_in_linear_time() -> None:
+    """Hostile runs after keys whose quotes are escaped twice: backslashes with no closing
+    quote, escaped quotes one short of closing, keys back to back; each 100,000 characters."""
+    key = '\\\\\\"api_key\\\\\\": \\\\\\"'
+    for hostile in (
+        key + "\\" * 100_000,
+        key + '\\\\\\\\\\\\\\"x' * 12_000,
+        key * 6_000,
+        "PASSWORD=a\\\\" * 9_000 + '\\\\\\"',
+    ):
+        start = time.process_time()  # CPU time: other processes on the machine do not count
+        redact(hostile, PATTERNS)
+        assert time.process_time() - start < 0.2, hostile[:40]
