@@ -68,17 +68,33 @@ async def test_a_later_summary_widens_what_is_owed_and_its_promotion_settles_onl
 ) -> None:
     await fold(conn, 6, owe_from=2)
     await fold(conn, 12, owe_from=6)  # the first one's promotion was cut
-    await summaries.settle_owed(conn, **KEY, span=(6, 12))  # the second's own: not all owed
     assert await owed(conn) == (2, 12, True)
+    await summaries.settle_owed(conn, **KEY, span=(6, 12))  # the second's own: the first's is
+    assert await owed(conn) == (2, 6, True)  # owed still
     await summaries.due_now(conn, {(T, S), ("t-b", "other")})  # a stop cut it
-    assert await summaries.take_owed(conn, **KEY) == (2, 12)
-    assert await owed(conn) == (2, 12, True)  # taken: another request does not take it
+    assert await summaries.take_owed(conn, **KEY) == (2, 6)
+    assert await owed(conn) == (2, 6, True)  # taken: another request does not take it
     assert await summaries.take_owed(conn, **KEY) is None
-    await summaries.settle_owed(conn, **KEY, span=(2, 12))
+    await summaries.settle_owed(conn, **KEY, span=(2, 6))
     assert await owed(conn) == (None, None, None)
 
 
 async def test_a_reset_forgets_what_its_history_owed(conn: Any) -> None:
     await fold(conn, 10, owe_from=2)
     assert await sessions.reset_session(conn, **KEY)
+    assert await owed(conn) == (None, None, None)
+
+
+async def test_a_widened_span_is_settled_by_the_two_promotions_that_owe_it(conn: Any) -> None:
+    await fold(conn, 6, owe_from=2)
+    await fold(conn, 12, owe_from=6)  # while the first one's promotion still runs
+    await summaries.settle_owed(conn, **KEY, span=(2, 6))  # the first one ends
+    assert await owed(conn) == (6, 12, True)  # the second one's span is still owed
+    await summaries.settle_owed(conn, **KEY, span=(6, 12))
+    assert await owed(conn) == (None, None, None)  # nothing left for a takeover to run again
+    await fold(conn, 16, owe_from=12)
+    await fold(conn, 20, owe_from=16)
+    await summaries.settle_owed(conn, **KEY, span=(16, 20))  # the later one ends first
+    assert await owed(conn) == (12, 16, True)
+    await summaries.settle_owed(conn, **KEY, span=(12, 16))
     assert await owed(conn) == (None, None, None)
