@@ -204,14 +204,24 @@ async def settle_owed(
     await conn.execute(SETTLE_OWED, tenant, session_id, *span)
 
 
+# The owed promotion is cut at the divergence too, in the same statement (a diverging
+# request costs none more): its positions from there hold other text, which a later
+# compaction folds and promotes; taken over, the old span would promote that text twice.
 INVALIDATE_AFTER = """
+WITH owed AS (
+    UPDATE sessions SET promotion_to = CASE WHEN promotion_from < $3 THEN $3 END,
+        promotion_from = CASE WHEN promotion_from < $3 THEN promotion_from END,
+        promotion_due = CASE WHEN promotion_from < $3 THEN promotion_due END
+    WHERE tenant = $1 AND id = $2 AND promotion_to > $3
+)
 UPDATE summaries SET invalidated_at = now()
 WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL AND boundary > $3
 """
 
 
 async def invalidate_after(conn: Executor, *, tenant: str, session_id: str, pos: int) -> None:
-    """A history that diverged at ``pos`` invalidates summaries that folded messages past it."""
+    """A history that diverged at ``pos`` invalidates summaries that folded messages past it,
+    and owes no promotion of the positions from ``pos`` on (``INVALIDATE_AFTER``)."""
     await conn.execute(INVALIDATE_AFTER, tenant, session_id, pos)
 
 

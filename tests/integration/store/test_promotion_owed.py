@@ -98,3 +98,14 @@ async def test_a_widened_span_is_settled_by_the_two_promotions_that_owe_it(conn:
     assert await owed(conn) == (12, 16, True)
     await summaries.settle_owed(conn, **KEY, span=(12, 16))
     assert await owed(conn) == (None, None, None)
+
+
+async def test_a_diverged_history_owes_no_promotion_past_where_it_diverged(conn: Any) -> None:
+    await fold(conn, 10, owe_from=2)
+    await summaries.invalidate_after(conn, **KEY, pos=6)  # positions 6.. hold other text now
+    assert await owed(conn) == (2, 6, True)
+    await summaries.settle_owed(conn, **KEY, span=(2, 10))  # its own promotion, of the old text
+    assert await owed(conn) == (None, None, None)
+    await fold(conn, 10, owe_from=2)
+    await summaries.invalidate_after(conn, **KEY, pos=2)
+    assert await owed(conn) == (None, None, None)
