@@ -109,3 +109,15 @@ async def test_a_diverged_history_owes_no_promotion_past_where_it_diverged(conn:
     await fold(conn, 10, owe_from=2)
     await summaries.invalidate_after(conn, **KEY, pos=2)
     assert await owed(conn) == (None, None, None)
+
+
+async def test_a_branch_owes_nothing_its_source_owes(conn: Any) -> None:
+    """The source's next request takes it over; its facts go to the scope both share, so a
+    branch owing it too would ask the fast model for the span twice."""
+    await fold(conn, 10, owe_from=2)
+    assert await sessions.copy_session(conn, tenant=T, source=S, target="s2")
+    assert await owed(conn) == (2, 10, True)
+    row = await conn.fetchrow(
+        "SELECT promotion_from, promotion_due FROM sessions WHERE tenant = $1 AND id = 's2'", T
+    )
+    assert tuple(row) == (None, None)
