@@ -1,6 +1,7 @@
 """The memory promotion a stored summary owes (migration 0032, ``summaries.insert_summary``,
 ``take_owed``, ``settle_owed``, ``due_now``): set in the insert's transaction, taken over
-by one request once past its due time, settled only for the span it names."""
+by one request once past its due time, settled for the part each promotion's span covers,
+cut where the history diverges, forgotten by a reset, not copied to a branch."""
 
 from __future__ import annotations
 
