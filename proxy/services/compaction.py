@@ -190,10 +190,10 @@ class DurableSummarizer:
     async def _end_all(self) -> None:
         await self._closer.aclose()
         cut = {key for key, task in self._tasks.items() if not task.done()}
-        await self._promotions.cut()  # first: the compactions owing one among them
         tasks = list(self._tasks.values())
-        for task in tasks:
+        for task in tasks:  # before the promotions' cut awaits: none gets past its insert then
             task.cancel()
+        await self._promotions.cut()  # the compactions owing one among them: due at once
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task

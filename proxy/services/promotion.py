@@ -19,6 +19,7 @@ by its session, and its next request takes it over (``services/promotion_owed.py
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -76,6 +77,13 @@ def _format_refused(resp: Any) -> bool:
     return any(word in said for word in _FORMAT_WORDS)
 
 
+BOUND_SECONDS = summaries.OWED_SECONDS - 60.0
+"""How long a promotion may run (the fast model's calls, which only the provider's per-read
+timeout bounds, and the writes): under ``summaries.OWED_SECONDS`` with room for what runs
+between the summary's insert and the promotion's start, so that the session's next request
+takes over only a promotion that no longer runs, and asks the fast model once for a span."""
+
+
 async def promote(
     upstream: Any,
     bus: Any,
@@ -92,10 +100,12 @@ async def promote(
     fast model's window); never raises. ``owed``: the span's positions, which the session
     owes a promotion for (``summaries.insert_summary``) and owes no more once it ends, its
     failures too (they are no stop's: a fast model that refused it would refuse it again);
-    one the database cut, or a cancellation, leaves it owed for the next request."""
+    one the database cut, or a cancellation, leaves it owed for the next request. One past
+    ``BOUND_SECONDS`` ends as a failure."""
     settled = owed is not None
     try:
-        await _promote(upstream, bus, lent, job, span, count)
+        async with asyncio.timeout(BOUND_SECONDS):
+            await _promote(upstream, bus, lent, job, span, count)
     except asyncpg.ForeignKeyViolationError:  # no session left to record a suggestion in
         log.info("memory promotion for %s: the session was deleted", job.session_id)
     except FactsAnswerError as exc:  # says why without quoting the answer

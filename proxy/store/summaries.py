@@ -179,9 +179,19 @@ async def take_owed(conn: Executor, *, tenant: str, session_id: str) -> tuple[in
     return None if row is None else (int(row["promotion_from"]), int(row["promotion_to"]))
 
 
+# What is owed less the span [$3, $4) whose promotion ended: nothing when it covers it, the
+# rest when it covers one end (a span widened by a later summary: each of the two promotions
+# settles its own part, in either order); a span inside or apart from it leaves it.
 SETTLE_OWED = """
-UPDATE sessions SET promotion_from = NULL, promotion_to = NULL, promotion_due = NULL
-WHERE tenant = $1 AND id = $2 AND promotion_from = $3 AND promotion_to = $4
+UPDATE sessions SET
+    promotion_from = CASE WHEN promotion_to <= $4 AND $3 <= promotion_from THEN NULL
+        WHEN $3 <= promotion_from THEN $4 ELSE promotion_from END,
+    promotion_to = CASE WHEN $3 <= promotion_from AND promotion_to <= $4 THEN NULL
+        WHEN promotion_to <= $4 THEN $3 ELSE promotion_to END,
+    promotion_due = CASE WHEN $3 <= promotion_from AND promotion_to <= $4 THEN NULL
+        ELSE promotion_due END
+WHERE tenant = $1 AND id = $2 AND promotion_from < $4 AND $3 < promotion_to
+  AND ($3 <= promotion_from OR promotion_to <= $4)
 """
 
 
@@ -189,18 +199,29 @@ async def settle_owed(
     conn: Executor, *, tenant: str, session_id: str, span: tuple[int, int]
 ) -> None:
     """The promotion of ``span`` ended (its facts stored, suggested, or its failure logged):
-    owed no more, unless the owed span is another now (a later compaction widened it)."""
+    what the session owes is ``span`` less (``SETTLE_OWED``), so a span a later summary
+    widened stays owed for the part the other promotion has not ended, and no more."""
     await conn.execute(SETTLE_OWED, tenant, session_id, *span)
 
 
+# The owed promotion is cut at the divergence too, in the same statement (a diverging
+# request costs none more): its positions from there hold other text, which a later
+# compaction folds and promotes; taken over, the old span would promote that text twice.
 INVALIDATE_AFTER = """
+WITH owed AS (
+    UPDATE sessions SET promotion_to = CASE WHEN promotion_from < $3 THEN $3 END,
+        promotion_from = CASE WHEN promotion_from < $3 THEN promotion_from END,
+        promotion_due = CASE WHEN promotion_from < $3 THEN promotion_due END
+    WHERE tenant = $1 AND id = $2 AND promotion_to > $3
+)
 UPDATE summaries SET invalidated_at = now()
 WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL AND boundary > $3
 """
 
 
 async def invalidate_after(conn: Executor, *, tenant: str, session_id: str, pos: int) -> None:
-    """A history that diverged at ``pos`` invalidates summaries that folded messages past it."""
+    """A history that diverged at ``pos`` invalidates summaries that folded messages past it,
+    and owes no promotion of the positions from ``pos`` on (``INVALIDATE_AFTER``)."""
     await conn.execute(INVALIDATE_AFTER, tenant, session_id, pos)
 
 

@@ -23,6 +23,7 @@ from proxy.settings import Settings
 from proxy.store import leases, messages as msgs, steps, summaries, writes
 from tests.fakes.replies import context_length_exceeded, error, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.compaction_stack import wait_until
 from tests.integration.api.reconcile_helpers import (
     MODEL,
     QueryLog,
@@ -34,7 +35,7 @@ from tests.integration.api.reconcile_helpers import (
     statements,
     user,
 )
-from tests.integration.conftest import run_sync
+from tests.integration.conftest import column, execute, run_sync
 
 
 @pytest.fixture
@@ -292,3 +293,26 @@ def test_divergence_is_one_extra_lookup(app_client: TestClient) -> None:
     assert (data["from_pos"], data["count"], data["superseded"]) == (10, 20, 21)
     view = session_view(app_client, "edited")
     assert (view["message_count"], view["superseded_count"]) == (31, 21)
+
+
+def test_a_session_owing_a_promotion_costs_the_extending_request_no_statement(
+    app_client: TestClient, db_dsn: str
+) -> None:
+    """The mark rides in the row ``begin_step`` returns: owed and not due, nothing reads it
+    again; due, its takeover runs apart from the step, on a connection of its own."""
+    log = QueryLog(app_client.app_state["chat"].pool)
+    app_client.app_state["chat"].pool = log
+    base = history(6)
+    answer = post(app_client, "owing", base)["choices"][0]["message"]
+    owe = "UPDATE sessions SET promotion_from = 1, promotion_to = 3, promotion_due = now() + {}"
+    run_sync(execute(db_dsn, owe.format("interval '1 hour'")))
+    log.queries.clear()
+    base = [*base, answer, user("next step")]
+    answer = post(app_client, "owing", base)["choices"][0]["message"]
+    assert statements(log) == COMMON
+    run_sync(execute(db_dsn, owe.format("interval '0'")))
+    log.queries.clear()
+    post(app_client, "owing", [*base, answer, user("and the next")])
+    assert statements(log) == COMMON
+    owed = "SELECT promotion_due > now() OR promotion_due IS NULL FROM sessions"
+    wait_until(lambda: column(db_dsn, owed) == [True], what="the owed promotion taken over")

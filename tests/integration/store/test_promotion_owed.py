@@ -1,6 +1,7 @@
 """The memory promotion a stored summary owes (migration 0032, ``summaries.insert_summary``,
 ``take_owed``, ``settle_owed``, ``due_now``): set in the insert's transaction, taken over
-by one request once past its due time, settled only for the span it names."""
+by one request once past its due time, settled for the part each promotion's span covers,
+cut where the history diverges, forgotten by a reset, not copied to a branch."""
 
 from __future__ import annotations
 
@@ -68,13 +69,14 @@ async def test_a_later_summary_widens_what_is_owed_and_its_promotion_settles_onl
 ) -> None:
     await fold(conn, 6, owe_from=2)
     await fold(conn, 12, owe_from=6)  # the first one's promotion was cut
-    await summaries.settle_owed(conn, **KEY, span=(6, 12))  # the second's own: not all owed
     assert await owed(conn) == (2, 12, True)
+    await summaries.settle_owed(conn, **KEY, span=(6, 12))  # the second's own: the first's is
+    assert await owed(conn) == (2, 6, True)  # owed still
     await summaries.due_now(conn, {(T, S), ("t-b", "other")})  # a stop cut it
-    assert await summaries.take_owed(conn, **KEY) == (2, 12)
-    assert await owed(conn) == (2, 12, True)  # taken: another request does not take it
+    assert await summaries.take_owed(conn, **KEY) == (2, 6)
+    assert await owed(conn) == (2, 6, True)  # taken: another request does not take it
     assert await summaries.take_owed(conn, **KEY) is None
-    await summaries.settle_owed(conn, **KEY, span=(2, 12))
+    await summaries.settle_owed(conn, **KEY, span=(2, 6))
     assert await owed(conn) == (None, None, None)
 
 
@@ -82,3 +84,41 @@ async def test_a_reset_forgets_what_its_history_owed(conn: Any) -> None:
     await fold(conn, 10, owe_from=2)
     assert await sessions.reset_session(conn, **KEY)
     assert await owed(conn) == (None, None, None)
+
+
+async def test_a_widened_span_is_settled_by_the_two_promotions_that_owe_it(conn: Any) -> None:
+    await fold(conn, 6, owe_from=2)
+    await fold(conn, 12, owe_from=6)  # while the first one's promotion still runs
+    await summaries.settle_owed(conn, **KEY, span=(2, 6))  # the first one ends
+    assert await owed(conn) == (6, 12, True)  # the second one's span is still owed
+    await summaries.settle_owed(conn, **KEY, span=(6, 12))
+    assert await owed(conn) == (None, None, None)  # nothing left for a takeover to run again
+    await fold(conn, 16, owe_from=12)
+    await fold(conn, 20, owe_from=16)
+    await summaries.settle_owed(conn, **KEY, span=(16, 20))  # the later one ends first
+    assert await owed(conn) == (12, 16, True)
+    await summaries.settle_owed(conn, **KEY, span=(12, 16))
+    assert await owed(conn) == (None, None, None)
+
+
+async def test_a_diverged_history_owes_no_promotion_past_where_it_diverged(conn: Any) -> None:
+    await fold(conn, 10, owe_from=2)
+    await summaries.invalidate_after(conn, **KEY, pos=6)  # positions 6.. hold other text now
+    assert await owed(conn) == (2, 6, True)
+    await summaries.settle_owed(conn, **KEY, span=(2, 10))  # its own promotion, of the old text
+    assert await owed(conn) == (None, None, None)
+    await fold(conn, 10, owe_from=2)
+    await summaries.invalidate_after(conn, **KEY, pos=2)
+    assert await owed(conn) == (None, None, None)
+
+
+async def test_a_branch_owes_nothing_its_source_owes(conn: Any) -> None:
+    """The source's next request takes it over; its facts go to the scope both share, so a
+    branch owing it too would ask the fast model for the span twice."""
+    await fold(conn, 10, owe_from=2)
+    assert await sessions.copy_session(conn, tenant=T, source=S, target="s2")
+    assert await owed(conn) == (2, 10, True)
+    row = await conn.fetchrow(
+        "SELECT promotion_from, promotion_due FROM sessions WHERE tenant = $1 AND id = 's2'", T
+    )
+    assert tuple(row) == (None, None)
