@@ -164,7 +164,7 @@ class _Refusal:
     headers = httpx.Headers({"retry-after": "3", "content-type": "application/json"})
     request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 
-    async def aread(self, limit: int) -> bytes:
+    async def aread(self, cap: int | None = None) -> bytes:
         return b'{"error": {"message": "slow down", "code": "rate_limit_exceeded"}}'
 
     async def aclose(self) -> None:
