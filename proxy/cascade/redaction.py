@@ -147,10 +147,27 @@ def redact_head(text: str, chars: int, patterns: Sequence[re.Pattern[str]]) -> s
     """The first ``chars`` characters of ``text`` redacted. Redacting the cut text would
     leave a secret the cut runs through, a part no pattern reads (an ``sk-…`` key's first
     characters), so the text is redacted :data:`REDACT_PAST` characters past the cut first;
-    only that much is read, so a long text costs no more than a short one."""
+    only that much is read, so a long text costs no more than a short one.
+
+    A secret redacted shortens the text and brings what followed it into the head, from
+    as far as the end of what was read, where a secret the reading cut short is such a
+    part. So the head keeps only what lay ``REDACT_PAST`` characters before the end of what
+    was read (each replacement lengthens the text by ``len(REDACTED)`` at most): a text
+    that redaction shortened is read once more, further by as much, and a head still short
+    of that (a second reading shortened too) is cut shorter than ``chars``. At most twice
+    ``chars + REDACT_PAST`` characters are read: each replacement leaves ``REDACTED``."""
     if not patterns:
         return text[:chars]
-    return redact(text[: chars + REDACT_PAST], patterns)[0][:chars]
+    read, short = chars + REDACT_PAST, 0
+    for _ in range(2):
+        read += short
+        redacted, count = redact(text[:read], patterns)
+        if len(text) <= read:
+            return redacted[:chars]
+        short = chars + REDACT_PAST + count * len(REDACTED) - len(redacted)
+        if short <= 0:
+            return redacted[:chars]
+    return redacted[: max(chars - short, 0)]
 
 
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:
