@@ -7,7 +7,17 @@ short is a part no pattern reads (an ``sk-…`` key's first characters).
 
 from __future__ import annotations
 
-from proxy.cascade.redaction import REDACT_PAST, compile_patterns, redact, redact_head
+import re._parser as parser
+
+from proxy.cascade.redaction import (
+    DEFAULT_PATTERNS,
+    LONG_STARTS,
+    REDACT_LONG_PAST,
+    REDACT_PAST,
+    compile_patterns,
+    redact,
+    redact_head,
+)
 
 KEY = "sk-proj-" + "Q7wZp3Lk9Xv2Rt5Yb8Nc4Md6Hf1Gj0Sa"
 PATTERNS = compile_patterns(())
@@ -56,3 +66,36 @@ def test_no_offset_of_a_key_past_shortening_secrets_leaves_a_part_of_it() -> Non
         head = redact_head(text, 300, PATTERNS)
         assert KEY[:12] not in head, offset
         assert redact(text, PATTERNS)[0].startswith(head), offset
+
+
+JWT = "eyJhbGciOiJSUzI1NiJ9.eyJ" + "c3ViIjoiMTIzIn0" * 400 + "." + "c2lnbmF0dXJl" * 20
+# a PEM block longer than REDACT_PAST, its lines joined by escaped escapes (a file written
+# with ``\n`` in a string, in a call's JSON arguments), which the pattern for a block cut
+# short does not read: the block is redacted by its END line or not at all
+PEM_ESCAPED = (
+    "-----BEGIN RSA PRIVATE KEY-----\\\\n"
+    + "MIIJKQIBAAKCAgEA1234567890abcdefABCDEF+/12345678901234567890abcd\\\\n" * 80
+    + "-----END RSA PRIVATE KEY-----"
+)
+
+
+def test_a_secret_that_begins_before_the_cut_and_ends_past_redact_past_is_read_whole() -> None:
+    for secret in (JWT, PEM_ESCAPED):
+        assert len(secret) > REDACT_PAST + 300
+        text = "write(" + "x" * 200 + ' "' + secret + '") then more ' * 3
+        head = redact_head(text, 300, PATTERNS)
+        assert head == redact(text, PATTERNS)[0][:300]
+        assert secret[:40] not in head and secret[-200:-150] not in head
+
+
+def test_each_pattern_that_reads_past_redact_past_begins_with_a_long_start() -> None:
+    """``redact_head`` reads ``REDACT_LONG_PAST`` past the cut only where one of
+    ``LONG_STARTS`` begins before it: a pattern whose match may be longer than
+    ``REDACT_PAST`` (none unbounded but those read through the text's end) begins with
+    one, and no match of it is longer than that."""
+    for source in DEFAULT_PATTERNS:
+        longest = parser.parse(source).getwidth()[1]
+        if longest >= parser.MAXREPEAT - 1 or longest <= REDACT_PAST:
+            continue
+        assert longest <= REDACT_LONG_PAST, source
+        assert source.startswith(LONG_STARTS), source

@@ -90,10 +90,34 @@ async def test_a_snippet_brought_on_by_a_redacted_secret_shows_no_part_of_a_late
     brings on text from the end of that reading, where a key the reading cut short is a
     part no pattern reads (``redaction.redact_head``)."""
     snippet = 300
-    pem = "-----BEGIN PRIVATE KEY-----\n" + "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n" * 128
+    # redacted, the block takes away more than REDACT_PAST characters
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n" * (
+        (REDACT_PAST + 60) // 33
+    )
     lead = "key: " + pem + "-----END PRIVATE KEY----- "
     filler = "x" * (snippet + REDACT_PAST - 23 - len(lead)) + " "
     said = lead + filler + KEY + " was used."
+    _, sent = await _recalled(monkeypatch, said, snippet)
+    assert len(filler) > 1 and "key: [REDACTED] x" in sent
+    assert KEY[:12] not in sent, "no part of the secret goes upstream"
+
+
+async def test_a_token_longer_than_redact_past_is_read_whole_for_its_snippet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON Web Token whose payload runs past ``REDACT_PAST``: cut there, no pattern read
+    it, and its first characters went into the snippet (``redaction.LONG_STARTS``)."""
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJ" + "c3ViIjoiMTIzIn0" * 400 + "." + "c2lnbmF0dXJl" * 20
+    answer, sent = await _recalled(monkeypatch, "the token " + jwt + " expired", 300)
+    assert answer["hits"] == 1 and "the token [REDACTED]" in sent
+    assert jwt[:12] not in sent
+
+
+async def _recalled(
+    monkeypatch: pytest.MonkeyPatch, said: str, snippet: int
+) -> tuple[dict[str, Any], str]:
+    """The retrieval answer for one recalled assistant message and the prompt's last
+    message with its block."""
     found = [Found(4, "assistant", None, {"role": "assistant", "content": said}, "summarised", 0.9)]
 
     async def search(conn: Any, **kw: Any) -> list[Found]:
@@ -113,6 +137,4 @@ async def test_a_snippet_brought_on_by_a_redacted_secret_shows_no_part_of_a_late
     )
     need = plan_step(step)["retrieval"]
     answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
-    sent = assemble(step, answers={"retrieval": answer}).messages[-1]["content"]
-    assert len(filler) > 1 and "key: [REDACTED] x" in sent
-    assert KEY[:12] not in sent, "no part of the secret goes upstream"
+    return answer, assemble(step, answers={"retrieval": answer}).messages[-1]["content"]
