@@ -43,6 +43,8 @@ __all__ = [
     "redact",
     "redact_head",
     "REDACT_PAST",
+    "REDACT_LONG_PAST",
+    "LONG_STARTS",
     "redact_message",
 ]
 
@@ -137,20 +139,51 @@ def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> tuple[str, int]:
     return text, total
 
 
-REDACT_PAST = 4096
+REDACT_PAST = 4608
 """How far past a cut :func:`redact_head` reads: further than any pattern needs to read a
 secret that begins before the cut (each quantifier is bounded; a PEM block cut short is
-redacted through the text's end)."""
+redacted through the text's end), but for those that begin with one of :data:`LONG_STARTS`."""
+
+LONG_STARTS = ("-----BEGIN ", "eyJ")
+"""What the patterns begin with whose match may be longer than :data:`REDACT_PAST`: a PEM
+block, read to its END line through 20,000 characters of body (an escaped line's end is
+two), which the pattern for a block cut short does not always read in its place (lines
+joined by escaped escapes, a file's ``\\n`` in a call's JSON arguments); a JSON Web Token,
+whose payload reaches 8,192 characters."""
+
+REDACT_LONG_PAST = 40_960
+"""How far past a cut :func:`redact_head` reads when one of :data:`LONG_STARTS` occurs
+before it: as far as the longest such match reaches."""
 
 
 def redact_head(text: str, chars: int, patterns: Sequence[re.Pattern[str]]) -> str:
     """The first ``chars`` characters of ``text`` redacted. Redacting the cut text would
     leave a secret the cut runs through, a part no pattern reads (an ``sk-…`` key's first
-    characters), so the text is redacted :data:`REDACT_PAST` characters past the cut first;
-    only that much is read, so a long text costs no more than a short one."""
+    characters), so the text is redacted :data:`REDACT_PAST` characters past the cut first
+    (:data:`REDACT_LONG_PAST` where one of :data:`LONG_STARTS` occurs before it); only
+    that much is read, so a long text costs no more than a short one.
+
+    A secret redacted shortens the text and brings what followed it into the head, from
+    as far as the end of what was read, where a secret the reading cut short is such a
+    part. So the head keeps only what lay that far before the end of what
+    was read (each replacement lengthens the text by ``len(REDACTED)`` at most): a text
+    that redaction shortened is read once more, further by as much, and a head still short
+    of that (a second reading shortened too) is cut shorter than ``chars``. At most twice
+    as much as the first reading is read: each replacement leaves ``REDACTED``."""
     if not patterns:
         return text[:chars]
-    return redact(text[: chars + REDACT_PAST], patterns)[0][:chars]
+    near = text[: chars + len(LONG_STARTS[0])]
+    past = REDACT_LONG_PAST if any(s in near for s in LONG_STARTS) else REDACT_PAST
+    read, short = chars + past, 0
+    for _ in range(2):
+        read += short
+        redacted, count = redact(text[:read], patterns)
+        if len(text) <= read:
+            return redacted[:chars]
+        short = chars + past + count * len(REDACTED) - len(redacted)
+        if short <= 0:
+            return redacted[:chars]
+    return redacted[: max(chars - short, 0)]
 
 
 def redact_message(msg: Message, patterns: Sequence[re.Pattern[str]]) -> tuple[Message, int]:

@@ -30,7 +30,7 @@ from typing import Any
 from proxy.cascade.observations import is_observation
 from proxy.cascade.overflow import block_room
 from proxy.cascade.pins import pin
-from proxy.cascade.redaction import patterns_of, redact
+from proxy.cascade.redaction import patterns_of, redact, redact_head
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.text import (
     append_block,
@@ -158,10 +158,14 @@ def hidden_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:
     hold a secret (a reply the model wrote, a text stored before a pattern was added), and
     the prompt's block is redacted again once it is assembled, but a snippet cut inside a
     secret leaves a part no pattern reads (an ``sk-…`` key's first characters), so the
-    whole text is redacted before the cut. Only the hits the block may quote are read."""
+    whole text is redacted before the cut. Only the hits the block may quote are read, each
+    as far as its snippet and the character past it that tells it was cut
+    (``redact_head``, which reads on past the cut, and keeps no text that a secret redacted
+    brought on from the end of that reading)."""
     if not need.patterns:
         return list(hits)
-    return [replace(h, text=redact(h.text, need.patterns)[0]) for h in hits]
+    chars = need.snippet_chars + 1
+    return [replace(h, text=redact_head(h.text, chars, need.patterns)) for h in hits]
 
 
 def fit_hits(hits: Sequence[Hit], need: RetrievalNeed) -> list[Hit]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
+from proxy.cascade.redaction import REDACT_PAST
 from proxy.cascade.types import Budget
 from proxy.config import Config
 from proxy.config_context import ContextConfig
@@ -80,3 +81,60 @@ def test_a_message_cut_inside_a_secret_is_embedded_without_any_of_it(secret: str
     embedded = retrieval._text(claimed, Config.model_validate({}))
     assert len(embedded) <= EMBED_CHARS and "[REDAC" in embedded  # cut after redaction
     assert secret[:6] not in embedded
+
+
+async def test_a_snippet_brought_on_by_a_redacted_secret_shows_no_part_of_a_later_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A secret redacted before the snippet's cut shortens the text read for it, which
+    brings on text from the end of that reading, where a key the reading cut short is a
+    part no pattern reads (``redaction.redact_head``)."""
+    snippet = 300
+    # redacted, the block takes away more than REDACT_PAST characters
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n" * (
+        (REDACT_PAST + 60) // 33
+    )
+    lead = "key: " + pem + "-----END PRIVATE KEY----- "
+    filler = "x" * (snippet + REDACT_PAST - 23 - len(lead)) + " "
+    said = lead + filler + KEY + " was used."
+    _, sent = await _recalled(monkeypatch, said, snippet)
+    assert len(filler) > 1 and "key: [REDACTED] x" in sent
+    assert KEY[:12] not in sent, "no part of the secret goes upstream"
+
+
+async def test_a_token_longer_than_redact_past_is_read_whole_for_its_snippet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON Web Token whose payload runs past ``REDACT_PAST``: cut there, no pattern read
+    it, and its first characters went into the snippet (``redaction.LONG_STARTS``)."""
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJ" + "c3ViIjoiMTIzIn0" * 400 + "." + "c2lnbmF0dXJl" * 20
+    answer, sent = await _recalled(monkeypatch, "the token " + jwt + " expired", 300)
+    assert answer["hits"] == 1 and "the token [REDACTED]" in sent
+    assert jwt[:12] not in sent
+
+
+async def _recalled(
+    monkeypatch: pytest.MonkeyPatch, said: str, snippet: int
+) -> tuple[dict[str, Any], str]:
+    """The retrieval answer for one recalled assistant message and the prompt's last
+    message with its block."""
+    found = [Found(4, "assistant", None, {"role": "assistant", "content": said}, "summarised", 0.9)]
+
+    async def search(conn: Any, **kw: Any) -> list[Found]:
+        return found
+
+    monkeypatch.setattr(retrieval, "embedders_here", _Hub)
+    monkeypatch.setattr(retrieval.store, "search_outside_prompt", search)
+    ctx = ContextConfig.model_validate({"retrieval": {"enabled": True, "snippetChars": snippet}})
+    step = StepInput(
+        window=(system("s"), user("which key did the deploy use?")),
+        system_count=1,
+        summary=None,
+        count=count,
+        budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
+        ctx=ctx,
+        answers={},
+    )
+    need = plan_step(step)["retrieval"]
+    answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
+    return answer, assemble(step, answers={"retrieval": answer}).messages[-1]["content"]
