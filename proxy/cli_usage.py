@@ -1,0 +1,89 @@
+"""What ``cascade-proxy``'s usage errors add and take out: the hint of where an option given
+before the command's name goes, and the mask over each secret the command line gave, which
+argparse would quote. ``proxy.cli`` imports this module before its Ctrl-C guard runs, so it
+stays on the standard library as that module does; the masking patterns load on an error's
+path alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["command_parser", "misplaced", "unquoted_secrets", "valued_before"]
+
+
+def misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
+    """The hint for a command's option given before the command's name (``cascade-proxy
+    --json sessions ls``), which the top parser does not take: the error is the command's,
+    whose usage lists the option, so it says where the option goes: after the action's
+    name (``sessions ls --limit=1``), which takes each of its options, where ``sessions``
+    takes its client options alone; else nothing."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    at = given.index(args.command) if args.command in given else 0
+    known = command._option_string_actions
+    if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+        return ""
+    action = getattr(args, "action", None)
+    end = given.index(action, at + 1) if action in given[at + 1 :] else at
+    moved = [*given[at : end + 1], *given[:at], *given[end + 1 :]]
+    named = args.command if end == at else f"{args.command} {action}"
+    return f" (an option of {named} goes after the command's name: cascade-proxy " + (
+        f"{shlex.join(moved)})"
+    )
+
+
+def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
+    """The hint for a command's option with a value given before the command's name
+    (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
+    its value as the command's name, an invalid choice. The options go after the rest,
+    where the action takes them; none for a rest that ends its options with ``--``."""
+    names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    at = next((i for i, token in enumerate(given) if token in names), 0)
+    if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
+        return ""
+    moved = shlex.join([*given[at:], *given[:at]])
+    return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the command ``args`` names (``sessions ls``), down its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(args, action.dest, "")))
+            return parser if chosen is None else command_parser(chosen, args)
+    return parser
+
+
+# An option whose name says it holds a credential (as a query parameter's does, proxy.
+# credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted.
+_SECRET_OPTION = re.compile(r"--[\w-]*(?:key|token|secret|pass|cred)", re.IGNORECASE)
+
+
+def unquoted_secrets(message: str, given: Sequence[str]) -> str:
+    """``message`` with each value given to an option holding a secret (``--api-key``, its
+    prefixes argparse takes, ``--api-kye``) as ``***``, and each URL's user and password
+    cut out (``--url``, ``--database-url``): argparse quotes a token it cannot place, and
+    one given before the command's name (``cascade-proxy --api-key K sessions ls``) is
+    read as that name, so the line, kept in a CI log, would carry the key."""
+    from proxy.logs import without_credentials  # an error's path alone: the script loads light
+
+    for i, token in enumerate(given):
+        name, eq, value = token.partition("=")
+        secret = _SECRET_OPTION.match(name) or _near("--api-key", name)
+        if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("-"):
+            value = given[i + 1]
+        if secret and len(value) >= 3:
+            message = message.replace(value, "***")
+    return without_credentials(message)
+
+
+def _near(option: str, name: str) -> bool:
+    """Whether ``name`` is ``option`` by a prefix argparse takes (``--api``) or a typo."""
+    near = difflib.SequenceMatcher(None, option, name).ratio() >= 0.8
+    return name.startswith("--") and (len(name) > 4 and option.startswith(name) or near)
