@@ -67,7 +67,8 @@ _SECRET_OPTION = re.compile(r"--[\w-]*(?:key|token|secret|pass|cred)", re.IGNORE
 
 def unquoted_secrets(message: str, given: Sequence[str]) -> str:
     """``message`` with each value given to an option holding a secret (``--api-key``, its
-    prefixes argparse takes, ``--api-kye``) as ``***``, and each URL's user and password
+    prefixes argparse takes, ``--a`` too, ``--api-kye``; a next token that is no long
+    option, as a key may start with ``-``) as ``***``, and each URL's user and password
     cut out (``--url``, ``--database-url``): argparse quotes a token it cannot place, and
     one given before the command's name (``cascade-proxy --api-key K sessions ls``) is
     read as that name, so the line, kept in a CI log, would carry the key."""
@@ -76,7 +77,7 @@ def unquoted_secrets(message: str, given: Sequence[str]) -> str:
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
         secret = _SECRET_OPTION.match(name) or _near("--api-key", name)
-        if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("-"):
+        if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
             value = given[i + 1]
         if secret and len(value) >= 3:
             message = message.replace(value, "***")
@@ -84,6 +85,8 @@ def unquoted_secrets(message: str, given: Sequence[str]) -> str:
 
 
 def _near(option: str, name: str) -> bool:
-    """Whether ``name`` is ``option`` by a prefix argparse takes (``--api``) or a typo."""
+    """Whether ``name`` is ``option`` by a prefix (``--a``: argparse takes it where no other
+    option starts so, and quotes it whole, value too, as ambiguous where one does) or a
+    typo."""
     near = difflib.SequenceMatcher(None, option, name).ratio() >= 0.8
-    return name.startswith("--") and (len(name) > 4 and option.startswith(name) or near)
+    return name.startswith("--") and (len(name) > 2 and option.startswith(name) or near)

@@ -19,6 +19,10 @@ _PASSWORD = "dbpassw0rd"
         ["--api-key=" + _KEY, "sessions", "ls"],  # the hint moving it quoted it twice
         ["--api", _KEY, "memory", "ls"],  # a prefix argparse takes for --api-key
         ["sessions", "ls", "--api-kye", _KEY],  # a typo of the flag
+        ["--ap", _KEY, "sessions", "ls"],  # every prefix argparse takes, the shortest too
+        ["--a=" + _KEY, "sessions", "ls"],
+        ["sessions", "messages", "--a=" + _KEY, "s1"],  # ambiguous (--all): quoted whole
+        ["--api-key", "-" + _KEY, "sessions", "ls"],  # a key may start with "-"
         ["sessions", "ls", "--token", _KEY],  # an option no command has, named as a credential
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
