@@ -71,8 +71,11 @@ def unquoted_secrets(message: str, given: Sequence[str]) -> str:
     option, as a key may start with ``-``) as ``***``, and each URL's user and password
     cut out (``--url``, ``--database-url``): argparse quotes a token it cannot place, and
     one given before the command's name (``cascade-proxy --api-key K sessions ls``) is
-    read as that name, so the line, kept in a CI log, would carry the key."""
-    from proxy.logs import without_credentials  # an error's path alone: the script loads light
+    read as that name, so the line, kept in a CI log, would carry the key. Then what every
+    log line masks (``proxy.logs.masked``: a key by its shape, a ``Bearer`` token, a
+    credential query parameter), for a key given where no option names it, which argparse
+    writes before, and without, any log line's masking."""
+    from proxy.logs import masked, without_credentials  # an error's path alone: loads light
 
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
@@ -81,7 +84,7 @@ def unquoted_secrets(message: str, given: Sequence[str]) -> str:
             value = given[i + 1]
         if secret and len(value) >= 3:
             message = message.replace(value, "***")
-    return without_credentials(message)
+    return masked(without_credentials(message))
 
 
 def _near(option: str, name: str) -> bool:

@@ -52,3 +52,29 @@ def test_a_usage_error_still_quotes_what_holds_no_secret(
     with pytest.raises(SystemExit):
         main(["sessions", "ls", "--limit", "5", "--bogus", "value-shown"])
     assert "unrecognized arguments: --bogus value-shown" in capsys.readouterr().err
+
+
+_SHAPED = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"  # an OpenAI key's shape
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ls", _SHAPED],  # the key given with no option: an extra argument
+        [_SHAPED, "sessions", "ls"],  # read as the command's name
+        ["-k", _SHAPED, "sessions", "ls"],  # a short option, which none of these has
+        ["sessions", "ls", "--limit", _SHAPED],  # quoted by the option's type
+        ["sessions", "ls", "--header", f"Authorization: Bearer {_SHAPED}"],
+        ["--url", f"http://127.0.0.1:8080/?api_key={_SHAPED}", "sessions", "ls"],
+    ],
+)
+def test_a_usage_error_masks_a_key_by_its_shape_where_no_option_names_it(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the log lines mask (``proxy.logs.masked``) an error masks too: argparse's text
+    is written before any log line's masking, without it."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert "error:" in err and _SHAPED[8:] not in err, err
