@@ -83,8 +83,15 @@ def unquoted_secrets(message: str, given: Sequence[str]) -> str:
         if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
             value = given[i + 1]
         if secret and len(value) >= 3:
-            message = message.replace(value, "***")
+            for form in sorted(_quoted(value), key=len, reverse=True):
+                message = message.replace(form, "***")
     return masked(without_credentials(message))
+
+
+def _quoted(value: str) -> set[str]:
+    """``value`` as given and as a message quotes it: argparse by ``repr`` (a backslash
+    doubled, an invisible character escaped), the hint by ``shlex`` (``'`` as ``'"'"'``)."""
+    return {value, repr(value)[1:-1], value.replace("'", "'\"'\"'")}
 
 
 def _near(option: str, name: str) -> bool:

@@ -78,3 +78,17 @@ def test_a_usage_error_masks_a_key_by_its_shape_where_no_option_names_it(
         main(argv)
     err = capsys.readouterr().err
     assert "error:" in err and _SHAPED[8:] not in err, err
+
+
+@pytest.mark.parametrize("key", ["to'ps3cret", "tops3cret\\x", "tops3cr\u00e9t\u200b"])
+def test_a_usage_error_masks_a_key_as_argparse_or_the_hint_quotes_it(
+    key: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """argparse quotes the command's name by ``repr`` (a backslash doubled, an invisible
+    character escaped) and the hint by ``shlex`` (a quote spelt ``'"'"'``): neither holds
+    the key's text as given."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(["--api-key", key, "sessions", "ls"])
+    err = capsys.readouterr().err
+    assert "error:" in err and "s3cr" not in err, err
