@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Parser.given = tuple(sys.argv[1:] if argv is None else argv)
     try:
         parser = _parser()
+        _Parser.names = usage.names(parser)
         args, extra = parser.parse_known_args(argv)
         if extra:  # said by the command's parser, with its usage, not by the top one's
             command = usage.command_parser(parser, args)
@@ -81,11 +82,13 @@ class _Parser(argparse.ArgumentParser):
 
     given: tuple[str, ...] = ()
     """The command line ``main`` reads, whose secrets an error masks."""
+    names: frozenset[str] = frozenset()
+    """Each command's and action's name, which no secret option's value is taken as."""
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("argument COMMAND: invalid choice"):
             message += usage.valued_before(self, self.given)
-        message = usage.unquoted_secrets(message, self.given)
+        message = usage.unquoted_secrets(message, self.given, self.names)
         if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() != "json":
             super().error(message)
         from proxy.cli_run import refuse  # only now: the console script loads light

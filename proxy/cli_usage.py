@@ -12,10 +12,10 @@ import difflib
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-__all__ = ["command_parser", "misplaced", "unquoted_secrets", "valued_before"]
+__all__ = ["command_parser", "misplaced", "names", "unquoted_secrets", "valued_before"]
 
 
 def misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
@@ -65,7 +65,7 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 _SECRET_OPTION = re.compile(r"--[\w-]*(?:key|token|secret|pass|cred)", re.IGNORECASE)
 
 
-def unquoted_secrets(message: str, given: Sequence[str]) -> str:
+def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str]) -> str:
     """``message`` with each value given to an option holding a secret (``--api-key``, its
     prefixes argparse takes, ``--a`` too, ``--api-kye``; a next token that is no long
     option, as a key may start with ``-``) as ``***``, and each URL's user and password
@@ -74,18 +74,28 @@ def unquoted_secrets(message: str, given: Sequence[str]) -> str:
     read as that name, so the line, kept in a CI log, would carry the key. Then what every
     log line masks (``proxy.logs.masked``: a key by its shape, a ``Bearer`` token, a
     credential query parameter), for a key given where no option names it, which argparse
-    writes before, and without, any log line's masking."""
+    writes before, and without, any log line's masking. A command's name (one of ``names``)
+    after a secret option is no value (``--api-key sessions ls``, the key in the
+    environment), nor are argparse's words after ``argument --api-key:``."""
     from proxy.logs import masked, without_credentials  # an error's path alone: loads light
 
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
         secret = _SECRET_OPTION.match(name) or _near("--api-key", name)
         if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
-            value = given[i + 1]
+            value = "" if given[i + 1] in names else given[i + 1]
         if secret and len(value) >= 3:
             for form in sorted(_quoted(value), key=len, reverse=True):
                 message = message.replace(form, "***")
-    return masked(without_credentials(message))
+    head, said = message.split(": ", 1) if message.startswith("argument ") else ("", message)
+    return (f"{head}: " if head else "") + masked(without_credentials(said))
+
+
+def names(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The name of each command and action ``parser`` takes, down its subcommands."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found = {name for a in subs for name in a.choices}
+    return frozenset(found).union(*(names(p) for a in subs for p in a.choices.values()))
 
 
 def _quoted(value: str) -> set[str]:

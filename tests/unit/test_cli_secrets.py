@@ -92,3 +92,23 @@ def test_a_usage_error_masks_a_key_as_argparse_or_the_hint_quotes_it(
         main(["--api-key", key, "sessions", "ls"])
     err = capsys.readouterr().err
     assert "error:" in err and "s3cr" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["sessions", "ls", "--api-key"], "argument --api-key: expected one argument"),
+        (["sessions", "ls", "--api-key", "--json"], "argument --api-key: expected one argument"),
+        (["--api-key", "sessions", "ls"], "cascade-proxy sessions ls --api-key)"),  # env's key
+        (["--bypass", "memory", "memory", "ls"], "invalid choice: 'memory'"),
+    ],
+)
+def test_a_usage_error_masks_no_word_of_its_own_nor_a_commands_name(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mistake stays readable: argparse's ``--api-key: expected`` is no key given, nor
+    is a command's name after a secret option that was given none."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert said in capsys.readouterr().err
