@@ -42,13 +42,27 @@ def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
     """The hint for a command's option with a value given before the command's name
     (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
     its value as the command's name, an invalid choice. The options go after the rest,
-    where the action takes them; none for a rest that ends its options with ``--``."""
+    where the action takes them; none for a rest that ends its options with ``--``, nor for
+    an option that command or action does not take, which would be refused in turn."""
     names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
     at = next((i for i, token in enumerate(given) if token in names), 0)
     if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
         return ""
+    known = _named_parser(top, given[at:])._option_string_actions
+    if any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+        return ""
     moved = shlex.join([*given[at:], *given[:at]])
     return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
+
+
+def _named_parser(parser: argparse.ArgumentParser, given: Sequence[str]) -> Any:
+    """The parser of the command and action ``given`` names (``sessions --json ls``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            at = next((i for i, token in enumerate(given) if token in action.choices), -1)
+            if at >= 0:
+                return _named_parser(action.choices[given[at]], given[at + 1 :])
+    return parser
 
 
 def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
