@@ -79,6 +79,10 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 _SECRET_OPTION = re.compile(r"--[\w-]*(?:key|token|secret|pass|cred)", re.IGNORECASE)
 
 
+_SCHEMES = ("bearer", "basic", "token")
+"""An Authorization header's schemes, which a key copied from the header starts with."""
+
+
 def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str]) -> str:
     """``message`` with each value given to an option holding a secret (``--api-key``, its
     prefixes argparse takes, ``--a`` too, ``--api-kye``; a next token that is no long
@@ -90,17 +94,22 @@ def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str])
     credential query parameter), for a key given where no option names it, which argparse
     writes before, and without, any log line's masking. A command's name (one of ``names``)
     after a secret option is no value (``--api-key sessions ls``, the key in the
-    environment), nor are argparse's words after ``argument --api-key:``."""
+    environment), nor are argparse's words after ``argument --api-key:``; the token after
+    an authorization scheme given as the value (``--api-key Bearer K``) is one too."""
     from proxy.logs import masked, without_credentials  # an error's path alone: loads light
 
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
-        secret = _SECRET_OPTION.match(name) or _near("--api-key", name)
-        if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
-            value = "" if given[i + 1] in names else given[i + 1]
-        if secret and len(value) >= 3:
-            for form in sorted(_quoted(value), key=len, reverse=True):
-                message = message.replace(form, "***")
+        if not (_SECRET_OPTION.match(name) or _near("--api-key", name)):
+            continue
+        at = i  # the token holding the value
+        if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
+            at, value = i + 1, "" if given[i + 1] in names else given[i + 1]
+        values = [value]
+        if value.lower() in _SCHEMES and at + 1 < len(given):  # "Bearer K": K, an extra
+            values.append(given[at + 1])
+        for form in sorted({f for v in values if len(v) >= 3 for f in _quoted(v)}, key=len)[::-1]:
+            message = message.replace(form, "***")
     head, said = message.split(": ", 1) if message.startswith("argument ") else ("", message)
     return (f"{head}: " if head else "") + masked(without_credentials(said))
 

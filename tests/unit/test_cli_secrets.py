@@ -23,6 +23,8 @@ _PASSWORD = "dbpassw0rd"
         ["--a=" + _KEY, "sessions", "ls"],
         ["sessions", "messages", "--a=" + _KEY, "s1"],  # ambiguous (--all): quoted whole
         ["--api-key", "-" + _KEY, "sessions", "ls"],  # a key may start with "-"
+        ["sessions", "ls", "--api-key", "Bearer", _KEY],  # the header's value, copied whole
+        ["--api-key=bearer", _KEY, "sessions", "ls"],
         ["sessions", "ls", "--token", _KEY],  # an option no command has, named as a credential
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
