@@ -75,8 +75,13 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 
 # An option whose name says it holds a credential (as a query parameter's does, proxy.
-# credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted.
-_SECRET_OPTION = re.compile(r"--[\w-]*(?:key|token|secret|pass|cred)", re.IGNORECASE)
+# credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted. The word ends
+# the name (--db-password, --oauth, --credentials), so a value that is none (--tokenizer,
+# --passes, --keyfile: the mistake is the option) stays readable.
+_SECRET_OPTION = re.compile(
+    r"--[\w-]*(?:key|token|secret|pass|cred|auth)(?:word|wd|phrase|entials?|orization)?s?$",
+    re.IGNORECASE,
+)
 
 
 _SCHEMES = ("bearer", "basic", "token")

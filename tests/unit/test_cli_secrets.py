@@ -26,6 +26,9 @@ _PASSWORD = "dbpassw0rd"
         ["sessions", "ls", "--api-key", "Bearer", _KEY],  # the header's value, copied whole
         ["--api-key=bearer", _KEY, "sessions", "ls"],
         ["sessions", "ls", "--token", _KEY],  # an option no command has, named as a credential
+        ["sessions", "ls", "--auth", _KEY],
+        ["migrate", "--db-password", _KEY],
+        ["sessions", "ls", "--credentials", _KEY],
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
         ["migrate", "--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "--bogus"],
@@ -103,13 +106,17 @@ def test_a_usage_error_masks_a_key_as_argparse_or_the_hint_quotes_it(
         (["sessions", "ls", "--api-key", "--json"], "argument --api-key: expected one argument"),
         (["--api-key", "sessions", "ls"], "cascade-proxy sessions ls --api-key)"),  # env's key
         (["--bypass", "memory", "memory", "ls"], "invalid choice: 'memory'"),
+        (["serve", "--tokenizer", "cl100k_base"], "arguments: --tokenizer cl100k_base"),  # env's
+        (["sessions", "ls", "--passes", "300"], "arguments: --passes 300"),
+        (["--keyfile", "k.pem", "serve"], "invalid choice: 'k.pem'"),
     ],
 )
-def test_a_usage_error_masks_no_word_of_its_own_nor_a_commands_name(
+def test_a_usage_error_masks_nothing_that_holds_no_secret(
     argv: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The mistake stays readable: argparse's ``--api-key: expected`` is no key given, nor
-    is a command's name after a secret option that was given none."""
+    is a command's name after a secret option that was given none, nor the value of an
+    option whose name holds a credential's word but names none."""
     monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
     with pytest.raises(SystemExit):
         main(argv)
