@@ -99,13 +99,16 @@ def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str])
     credential query parameter), for a key given where no option names it, which argparse
     writes before, and without, any log line's masking. A command's name (one of ``names``)
     after a secret option is no value (``--api-key sessions ls``, the key in the
-    environment), nor are argparse's words after ``argument --api-key:``; the token after
+    environment), nor are argparse's words after ``argument --api-key:``. A short option
+    is a secret one too: none but ``-h`` is cascade-proxy's, and another command's habit
+    may hold a credential (curl's ``-u user:password``, mysql's ``-p``). The token after
     an authorization scheme given as the value (``--api-key Bearer K``) is one too."""
     from proxy.logs import masked, without_credentials  # an error's path alone: loads light
 
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
-        if not (_SECRET_OPTION.match(name) or _near("--api-key", name)):
+        short = len(name) == 2 and name[0] == "-" and name[1].isalpha() and name != "-h"
+        if not (short or _SECRET_OPTION.match(name) or _near("--api-key", name)):
             continue
         at = i  # the token holding the value
         if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):

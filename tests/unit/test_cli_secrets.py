@@ -29,6 +29,8 @@ _PASSWORD = "dbpassw0rd"
         ["sessions", "ls", "--auth", _KEY],
         ["migrate", "--db-password", _KEY],
         ["sessions", "ls", "--credentials", _KEY],
+        ["sessions", "ls", "-u", f"admin:{_PASSWORD}"],  # curl's habit, a short option
+        ["-p", _PASSWORD, "migrate"],  # psql's or mysql's: none of cascade-proxy's takes one
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
         ["migrate", "--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "--bogus"],
