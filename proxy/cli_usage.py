@@ -117,7 +117,8 @@ def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str])
         if value.lower() in _SCHEMES and at + 1 < len(given):  # "Bearer K": K, an extra
             values.append(given[at + 1])
         for form in sorted({f for v in values if len(v) >= 3 for f in _quoted(v)}, key=len)[::-1]:
-            message = message.replace(form, "***")
+            # whole: "--api-key key" hid the option's name, "-o json" the flag --json
+            message = re.sub(rf"(?<![\w-]){re.escape(form)}(?![\w-])", "***", message)
     head, said = message.split(": ", 1) if message.startswith("argument ") else ("", message)
     return (f"{head}: " if head else "") + masked(without_credentials(said))
 

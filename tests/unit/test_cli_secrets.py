@@ -111,6 +111,8 @@ def test_a_usage_error_masks_a_key_as_argparse_or_the_hint_quotes_it(
         (["serve", "--tokenizer", "cl100k_base"], "arguments: --tokenizer cl100k_base"),  # env's
         (["sessions", "ls", "--passes", "300"], "arguments: --passes 300"),
         (["--keyfile", "k.pem", "serve"], "invalid choice: 'k.pem'"),
+        (["--api-key", "key", "sessions", "ls"], "cascade-proxy sessions ls --api-key ***)"),
+        (["--json", "sessions", "ls", "-o", "json"], "unrecognized arguments: --json -o ***"),
     ],
 )
 def test_a_usage_error_masks_nothing_that_holds_no_secret(
