@@ -6,24 +6,22 @@ to a running proxy over HTTP (``proxy.cli_sessions``), and so does ``memory …`
 (``proxy.cli_memory``), both through ``proxy.cli_api``; ``proxy.cli_run`` runs each command.
 
 This is the console script's module, so it imports the standard library alone (and its
-arguments' types, ``proxy.cli_args``, which do too): the rest (pydantic, the app, httpx,
-asyncpg) takes a moment to load, and is imported inside the guard that makes Ctrl-C, at any
-point of the start too, exit 130 without a traceback.
+arguments' types, ``proxy.cli_args``, and its usage errors' wording, ``proxy.cli_usage``,
+which do too): the rest (pydantic, the app, httpx, asyncpg) takes a moment to load, and is
+imported inside the guard that makes Ctrl-C, at any point of the start too, exit 130
+without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
-import re
-import shlex
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from proxy import DEFAULT_CONFIG, __version__, cli_args as arg
+from proxy import DEFAULT_CONFIG, __version__, cli_args as arg, cli_usage as usage
 
 __all__ = ["main", "option_names"]
 
@@ -37,10 +35,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Parser.given = tuple(sys.argv[1:] if argv is None else argv)
     try:
         parser = _parser()
+        _Parser.names = usage.names(parser)
         args, extra = parser.parse_known_args(argv)
         if extra:  # said by the command's parser, with its usage, not by the top one's
-            command = _command_parser(parser, args)
-            hint = _misplaced(command, argv, args)
+            command = usage.command_parser(parser, args)
+            hint = usage.misplaced(command, argv, args)
             command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         from proxy.cli_run import run  # the heavy imports, under this guard
 
@@ -49,53 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
 
 
-def _misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
-    """The hint for a command's option given before the command's name (``cascade-proxy
-    --json sessions ls``), which the top parser does not take: the error is the command's,
-    whose usage lists the option, so it says where the option goes: after the action's
-    name (``sessions ls --limit=1``), which takes each of its options, where ``sessions``
-    takes its client options alone; else nothing."""
-    given = list(sys.argv[1:] if argv is None else argv)
-    at = given.index(args.command) if args.command in given else 0
-    known = command._option_string_actions
-    if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
-        return ""
-    action = getattr(args, "action", None)
-    end = given.index(action, at + 1) if action in given[at + 1 :] else at
-    moved = [*given[at : end + 1], *given[:at], *given[end + 1 :]]
-    named = args.command if end == at else f"{args.command} {action}"
-    return f" (an option of {named} goes after the command's name: cascade-proxy " + (
-        f"{shlex.join(moved)})"
-    )
-
-
-def _valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
-    """The hint for a command's option with a value given before the command's name
-    (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
-    its value as the command's name, an invalid choice. The options go after the rest,
-    where the action takes them; none for a rest that ends its options with ``--``."""
-    names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
-    at = next((i for i, token in enumerate(given) if token in names), 0)
-    if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
-        return ""
-    moved = shlex.join([*given[at:], *given[:at]])
-    return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
-
-
-def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
-    """The parser of the command ``args`` names (``sessions ls``), down its subcommands."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            chosen = action.choices.get(str(getattr(args, action.dest, "")))
-            return parser if chosen is None else _command_parser(chosen, args)
-    return parser
-
-
 def option_names(args: argparse.Namespace) -> dict[str, str]:
     """Each name of ``args`` as the command line gives it, for a line that names one: an
     option by its flag (``api_key`` as ``--api-key``), a positional as its usage shows it
     (``id`` as ``ID``)."""
-    actions = _command_parser(_parser(), args)._actions
+    actions = usage.command_parser(_parser(), args)._actions
     return {
         a.dest: max(a.option_strings, key=len) if a.option_strings else a.metavar or a.dest.upper()
         for a in actions
@@ -121,50 +78,23 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser (its subcommands' too), but with ``CASCADE_LOG_FORMAT=json`` a usage
     error is one JSON log line, as every other line the process writes, not argparse's
     usage over several lines, which a log pipeline parsing each line as JSON would refuse.
-    Either way the message quotes no secret the command line gave (``_unquoted_secrets``)."""
+    Either way the message quotes no secret the command line gave (``proxy.cli_usage``)."""
 
     given: tuple[str, ...] = ()
     """The command line ``main`` reads, whose secrets an error masks."""
+    names: frozenset[str] = frozenset()
+    """Each command's and action's name, which no secret option's value is taken as."""
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("argument COMMAND: invalid choice"):
-            message += _valued_before(self, self.given)
-        message = _unquoted_secrets(message, self.given)
+            message += usage.valued_before(self, self.given)
+        message = usage.unquoted_secrets(message, self.given, self.names)
         if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() != "json":
             super().error(message)
         from proxy.cli_run import refuse  # only now: the console script loads light
 
         refuse(f"{self.prog}: {message}")
         sys.exit(2)
-
-
-# An option whose name says it holds a credential (as a query parameter's does, proxy.
-# credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted.
-_SECRET_OPTION = re.compile(r"--[\w-]*(?:key|token|secret|pass|cred)", re.IGNORECASE)
-
-
-def _unquoted_secrets(message: str, given: Sequence[str]) -> str:
-    """``message`` with each value given to an option holding a secret (``--api-key``, its
-    prefixes argparse takes, ``--api-kye``) as ``***``, and each URL's user and password
-    cut out (``--url``, ``--database-url``): argparse quotes a token it cannot place, and
-    one given before the command's name (``cascade-proxy --api-key K sessions ls``) is
-    read as that name, so the line, kept in a CI log, would carry the key."""
-    from proxy.logs import without_credentials  # an error's path alone: the script loads light
-
-    for i, token in enumerate(given):
-        name, eq, value = token.partition("=")
-        secret = _SECRET_OPTION.match(name) or _near("--api-key", name)
-        if secret and not eq and i + 1 < len(given) and not given[i + 1].startswith("-"):
-            value = given[i + 1]
-        if secret and len(value) >= 3:
-            message = message.replace(value, "***")
-    return without_credentials(message)
-
-
-def _near(option: str, name: str) -> bool:
-    """Whether ``name`` is ``option`` by a prefix argparse takes (``--api``) or a typo."""
-    near = difflib.SequenceMatcher(None, option, name).ratio() >= 0.8
-    return name.startswith("--") and (len(name) > 4 and option.startswith(name) or near)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -42,6 +42,15 @@ _NOT_POSTGRES = (
 )
 
 
+def _port_refused(url: str) -> str | None:
+    """Why a port of ``url``'s hosts (``h1:5432,h2:5433``, asyncpg's several) is none a
+    socket connects to, else None: asyncpg's raised OverflowError as it connected."""
+    hosts = re.split(r"[/?#]", url.split("://", 1)[1], maxsplit=1)[0].rpartition("@")[2]
+    ports = [h.rsplit("]", 1)[-1].rpartition(":")[2] for h in hosts.split(",")]
+    bad = next((p for p in ports if p.isdigit() and not 1 <= int(p) <= 65535), None)
+    return None if bad is None else f"port {bad} is no TCP port (1-65535)"
+
+
 class Listen(BaseSettings):
     """``CASCADE_HOST`` and ``CASCADE_PORT``, where the proxy listens: of the server's
     settings, all that the client commands (``cascade-proxy sessions``, ``memory``) read, for
@@ -179,6 +188,8 @@ class Settings(Listen):
         :class:`SettingsError` naming ``source`` when it is no PostgreSQL URL."""
         if not _POSTGRES_URL.match(url):
             raise SettingsError(f"{source}: {_NOT_POSTGRES}")
+        if refused := _port_refused(url):
+            raise SettingsError(f"{source}: {refused}")
         given = self.model_copy(update={"database_url": url})
         given._database_url_from = source
         return given
@@ -196,6 +207,8 @@ class Settings(Listen):
         lines, with exit status 3 as for a database down."""
         if value is not None and not _POSTGRES_URL.match(value):
             raise ValueError(_NOT_POSTGRES)
+        if value is not None and (refused := _port_refused(value)):
+            raise ValueError(refused)
         return value
 
     @field_validator("config", "data_dir", mode="before")

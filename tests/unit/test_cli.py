@@ -366,11 +366,21 @@ def test_a_commands_option_given_before_the_command_says_where_it_goes(
     assert f"goes after the command's name: {hint}" in err, err
 
 
-def test_an_option_no_command_takes_before_the_command_gets_no_hint(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--bogus", "sessions", "ls"],
+        ["--bogus", "x", "sessions", "ls"],  # x read as the command's name
+        ["--limit", "1", "sessions", "show", "s1"],  # ls's and messages' option, not show's
+        ["--url", "http://h:1", "--new-id", "n", "sessions", "ls"],  # branch's
+    ],
+)
+def test_an_option_the_command_does_not_take_before_the_command_gets_no_hint(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The hint would name a command line that is refused in turn."""
     with pytest.raises(SystemExit):
-        main(["--bogus", "sessions", "ls"])
+        main(argv)
     assert "goes after" not in capsys.readouterr().err
 
 

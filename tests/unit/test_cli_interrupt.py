@@ -123,13 +123,14 @@ def test_a_real_ctrl_c_while_the_imports_load_is_exit_130_without_a_traceback() 
 
 def test_the_console_scripts_module_imports_nothing_slow() -> None:
     """``proxy.cli`` is imported before its Ctrl-C guard runs, so it stays on the standard
-    library, with its arguments' types (``proxy.cli_args``, the standard library's alone):
-    what it imports itself is the only window where Ctrl-C is a traceback."""
+    library, with its arguments' types and its usage errors' wording (``proxy.cli_args``,
+    ``proxy.cli_usage``, the standard library's alone): what it imports itself is the only
+    window where Ctrl-C is a traceback."""
     probe = (
         "import sys; before = set(sys.modules); import proxy.cli; "
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] != 'proxy' "
         "and m.split('.')[0] not in sys.stdlib_module_names or m.startswith('proxy.') "
-        "and m not in ('proxy.cli', 'proxy.cli_args')))"
+        "and m not in ('proxy.cli', 'proxy.cli_args', 'proxy.cli_usage')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True

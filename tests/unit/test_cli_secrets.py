@@ -19,7 +19,18 @@ _PASSWORD = "dbpassw0rd"
         ["--api-key=" + _KEY, "sessions", "ls"],  # the hint moving it quoted it twice
         ["--api", _KEY, "memory", "ls"],  # a prefix argparse takes for --api-key
         ["sessions", "ls", "--api-kye", _KEY],  # a typo of the flag
+        ["--ap", _KEY, "sessions", "ls"],  # every prefix argparse takes, the shortest too
+        ["--a=" + _KEY, "sessions", "ls"],
+        ["sessions", "messages", "--a=" + _KEY, "s1"],  # ambiguous (--all): quoted whole
+        ["--api-key", "-" + _KEY, "sessions", "ls"],  # a key may start with "-"
+        ["sessions", "ls", "--api-key", "Bearer", _KEY],  # the header's value, copied whole
+        ["--api-key=bearer", _KEY, "sessions", "ls"],
         ["sessions", "ls", "--token", _KEY],  # an option no command has, named as a credential
+        ["sessions", "ls", "--auth", _KEY],
+        ["migrate", "--db-password", _KEY],
+        ["sessions", "ls", "--credentials", _KEY],
+        ["sessions", "ls", "-u", f"admin:{_PASSWORD}"],  # curl's habit, a short option
+        ["-p", _PASSWORD, "migrate"],  # psql's or mysql's: none of cascade-proxy's takes one
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
         ["migrate", "--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "--bogus"],
@@ -48,3 +59,69 @@ def test_a_usage_error_still_quotes_what_holds_no_secret(
     with pytest.raises(SystemExit):
         main(["sessions", "ls", "--limit", "5", "--bogus", "value-shown"])
     assert "unrecognized arguments: --bogus value-shown" in capsys.readouterr().err
+
+
+_SHAPED = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"  # an OpenAI key's shape
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ls", _SHAPED],  # the key given with no option: an extra argument
+        [_SHAPED, "sessions", "ls"],  # read as the command's name
+        ["-k", _SHAPED, "sessions", "ls"],  # a short option, which none of these has
+        ["sessions", "ls", "--limit", _SHAPED],  # quoted by the option's type
+        ["sessions", "ls", "--header", f"Authorization: Bearer {_SHAPED}"],
+        ["--url", f"http://127.0.0.1:8080/?api_key={_SHAPED}", "sessions", "ls"],
+    ],
+)
+def test_a_usage_error_masks_a_key_by_its_shape_where_no_option_names_it(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the log lines mask (``proxy.logs.masked``) an error masks too: argparse's text
+    is written before any log line's masking, without it."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert "error:" in err and _SHAPED[8:] not in err, err
+
+
+@pytest.mark.parametrize("key", ["to'ps3cret", "tops3cret\\x", "tops3cr\u00e9t\u200b"])
+def test_a_usage_error_masks_a_key_as_argparse_or_the_hint_quotes_it(
+    key: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """argparse quotes the command's name by ``repr`` (a backslash doubled, an invisible
+    character escaped) and the hint by ``shlex`` (a quote spelt ``'"'"'``): neither holds
+    the key's text as given."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(["--api-key", key, "sessions", "ls"])
+    err = capsys.readouterr().err
+    assert "error:" in err and "s3cr" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["sessions", "ls", "--api-key"], "argument --api-key: expected one argument"),
+        (["sessions", "ls", "--api-key", "--json"], "argument --api-key: expected one argument"),
+        (["--api-key", "sessions", "ls"], "cascade-proxy sessions ls --api-key)"),  # env's key
+        (["--bypass", "memory", "memory", "ls"], "invalid choice: 'memory'"),
+        (["serve", "--tokenizer", "cl100k_base"], "arguments: --tokenizer cl100k_base"),  # env's
+        (["sessions", "ls", "--passes", "300"], "arguments: --passes 300"),
+        (["--keyfile", "k.pem", "serve"], "invalid choice: 'k.pem'"),
+        (["--api-key", "key", "sessions", "ls"], "cascade-proxy sessions ls --api-key ***)"),
+        (["--json", "sessions", "ls", "-o", "json"], "unrecognized arguments: --json -o ***"),
+    ],
+)
+def test_a_usage_error_masks_nothing_that_holds_no_secret(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mistake stays readable: argparse's ``--api-key: expected`` is no key given, nor
+    is a command's name after a secret option that was given none, nor the value of an
+    option whose name holds a credential's word but names none."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert said in capsys.readouterr().err

@@ -422,3 +422,22 @@ def test_a_database_url_flag_asyncpg_cannot_read_is_refused_naming_the_flag() ->
     with pytest.raises(SettingsError, match=r"^--database-url: not a postgresql:// URL") as no:
         Settings().with_database_url("host=h password=pw-SECRET", "--database-url")
     assert "SECRET" not in str(no.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u:pw-SECRET@h:99999/db", "postgresql://u@h1:5432,h2:70000/db"]
+)
+def test_a_database_url_with_a_port_out_of_range_is_refused_as_a_setting(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg's socket raised OverflowError as it connected: ``migrate`` ended with a
+    traceback (exit 1), ``serve`` called it a database that did not answer (exit 3)."""
+    monkeypatch.setenv("DATABASE_URL", url)
+    with pytest.raises(SettingsError, match=r"^DATABASE_URL: port \d+ is no TCP port"):
+        load_settings()
+    monkeypatch.delenv("DATABASE_URL")
+    with pytest.raises(SettingsError, match=r"^--database-url: port \d+ is no TCP port") as no:
+        Settings().with_database_url(url, "--database-url")
+    assert "SECRET" not in str(no.value)
+    many = "postgresql://u@h1:5432,[::1]:5433,h3/db?port=5432"  # asyncpg's hosts, each its port
+    assert Settings().with_database_url(many, "--database-url").database_url == many

@@ -1,0 +1,144 @@
+"""What ``cascade-proxy``'s usage errors add and take out: the hint of where an option given
+before the command's name goes, and the mask over each secret the command line gave, which
+argparse would quote. ``proxy.cli`` imports this module before its Ctrl-C guard runs, so it
+stays on the standard library as that module does; the masking patterns load on an error's
+path alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shlex
+import sys
+from collections.abc import Collection, Sequence
+from typing import Any
+
+__all__ = ["command_parser", "misplaced", "names", "unquoted_secrets", "valued_before"]
+
+
+def misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
+    """The hint for a command's option given before the command's name (``cascade-proxy
+    --json sessions ls``), which the top parser does not take: the error is the command's,
+    whose usage lists the option, so it says where the option goes: after the action's
+    name (``sessions ls --limit=1``), which takes each of its options, where ``sessions``
+    takes its client options alone; else nothing."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    at = given.index(args.command) if args.command in given else 0
+    known = command._option_string_actions
+    if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+        return ""
+    action = getattr(args, "action", None)
+    end = given.index(action, at + 1) if action in given[at + 1 :] else at
+    moved = [*given[at : end + 1], *given[:at], *given[end + 1 :]]
+    named = args.command if end == at else f"{args.command} {action}"
+    return f" (an option of {named} goes after the command's name: cascade-proxy " + (
+        f"{shlex.join(moved)})"
+    )
+
+
+def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
+    """The hint for a command's option with a value given before the command's name
+    (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
+    its value as the command's name, an invalid choice. The options go after the rest,
+    where the action takes them; none for a rest that ends its options with ``--``, nor for
+    an option that command or action does not take, which would be refused in turn."""
+    names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    at = next((i for i, token in enumerate(given) if token in names), 0)
+    if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
+        return ""
+    known = _named_parser(top, given[at:])._option_string_actions
+    if any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+        return ""
+    moved = shlex.join([*given[at:], *given[:at]])
+    return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
+
+
+def _named_parser(parser: argparse.ArgumentParser, given: Sequence[str]) -> Any:
+    """The parser of the command and action ``given`` names (``sessions --json ls``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            at = next((i for i, token in enumerate(given) if token in action.choices), -1)
+            if at >= 0:
+                return _named_parser(action.choices[given[at]], given[at + 1 :])
+    return parser
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the command ``args`` names (``sessions ls``), down its subcommands."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(args, action.dest, "")))
+            return parser if chosen is None else command_parser(chosen, args)
+    return parser
+
+
+# An option whose name says it holds a credential (as a query parameter's does, proxy.
+# credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted. The word ends
+# the name (--db-password, --oauth, --credentials), so a value that is none (--tokenizer,
+# --passes, --keyfile: the mistake is the option) stays readable.
+_SECRET_OPTION = re.compile(
+    r"--[\w-]*(?:key|token|secret|pass|cred|auth)(?:word|wd|phrase|entials?|orization)?s?$",
+    re.IGNORECASE,
+)
+
+
+_SCHEMES = ("bearer", "basic", "token")
+"""An Authorization header's schemes, which a key copied from the header starts with."""
+
+
+def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str]) -> str:
+    """``message`` with each value given to an option holding a secret (``--api-key``, its
+    prefixes argparse takes, ``--a`` too, ``--api-kye``; a next token that is no long
+    option, as a key may start with ``-``) as ``***``, and each URL's user and password
+    cut out (``--url``, ``--database-url``): argparse quotes a token it cannot place, and
+    one given before the command's name (``cascade-proxy --api-key K sessions ls``) is
+    read as that name, so the line, kept in a CI log, would carry the key. Then what every
+    log line masks (``proxy.logs.masked``: a key by its shape, a ``Bearer`` token, a
+    credential query parameter), for a key given where no option names it, which argparse
+    writes before, and without, any log line's masking. A command's name (one of ``names``)
+    after a secret option is no value (``--api-key sessions ls``, the key in the
+    environment), nor are argparse's words after ``argument --api-key:``. A short option
+    is a secret one too: none but ``-h`` is cascade-proxy's, and another command's habit
+    may hold a credential (curl's ``-u user:password``, mysql's ``-p``). The token after
+    an authorization scheme given as the value (``--api-key Bearer K``) is one too."""
+    from proxy.logs import masked, without_credentials  # an error's path alone: loads light
+
+    for i, token in enumerate(given):
+        name, eq, value = token.partition("=")
+        short = len(name) == 2 and name[0] == "-" and name[1].isalpha() and name != "-h"
+        if not (short or _SECRET_OPTION.match(name) or _near("--api-key", name)):
+            continue
+        at = i  # the token holding the value
+        if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
+            at, value = i + 1, "" if given[i + 1] in names else given[i + 1]
+        values = [value]
+        if value.lower() in _SCHEMES and at + 1 < len(given):  # "Bearer K": K, an extra
+            values.append(given[at + 1])
+        for form in sorted({f for v in values if len(v) >= 3 for f in _quoted(v)}, key=len)[::-1]:
+            # whole: "--api-key key" hid the option's name, "-o json" the flag --json
+            message = re.sub(rf"(?<![\w-]){re.escape(form)}(?![\w-])", "***", message)
+    head, said = message.split(": ", 1) if message.startswith("argument ") else ("", message)
+    return (f"{head}: " if head else "") + masked(without_credentials(said))
+
+
+def names(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The name of each command and action ``parser`` takes, down its subcommands."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found = {name for a in subs for name in a.choices}
+    return frozenset(found).union(*(names(p) for a in subs for p in a.choices.values()))
+
+
+def _quoted(value: str) -> set[str]:
+    """``value`` as given and as a message quotes it: argparse by ``repr`` (a backslash
+    doubled, an invisible character escaped), the hint by ``shlex`` (``'`` as ``'"'"'``)."""
+    return {value, repr(value)[1:-1], value.replace("'", "'\"'\"'")}
+
+
+def _near(option: str, name: str) -> bool:
+    """Whether ``name`` is ``option`` by a prefix (``--a``: argparse takes it where no other
+    option starts so, and quotes it whole, value too, as ambiguous where one does) or a
+    typo."""
+    near = difflib.SequenceMatcher(None, option, name).ratio() >= 0.8
+    return name.startswith("--") and (len(name) > 2 and option.startswith(name) or near)
