@@ -152,10 +152,13 @@ export class MessageRows {
   // while the page follows the tail, the rows before the last WINDOW go, from the data and
   // the page ("load earlier" brings them back), so the page, and the window a whole reload
   // reads again, stay the size a fresh open has. True when some went. After render only:
-  // the rows and the list's items are then one for one.
+  // the rows and the list's items are then one for one. Not while the keyboard's focus or a
+  // selection is in the rows that would go: the person is on them (a raw output read from
+  // the keyboard, text being copied); a later load trims once they have moved on.
   trim() {
     const drop = this.rows.length - WINDOW;
     if (this.rows.length <= 2 * WINDOW || this.shown !== this.rows.length) return false;
+    if (inUse(this.list, this.list.children[drop - 1])) return false;
     this.rows = this.rows.slice(drop);
     this.start += drop;
     this.shown -= drop;
@@ -208,6 +211,14 @@ export class MessageRows {
     // button gives up to the page's body, where the keyboard's place is lost
     button.setAttribute("aria-disabled", String(shown.next >= shown.total));
   }
+}
+
+// Whether the focus, or either end of a selection, is in the list's items up to `last`.
+function inUse(list, last) {
+  const sel = document.getSelection();
+  const ends = sel && !sel.isCollapsed ? [sel.anchorNode, sel.focusNode] : [];
+  return [document.activeElement, ...ends].some((node) => node && list.contains(node) &&
+    (last.contains(node) || last.compareDocumentPosition(node) & Node.DOCUMENT_POSITION_PRECEDING));
 }
 
 // Rows read again from a held one on (`out`) that are the rows held there (`held`), changed
