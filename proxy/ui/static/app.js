@@ -303,8 +303,11 @@ function boot() {
   });
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
-    const id = $("new-session-id").value.trim();
-    if (id && !badId(id)) location.hash = `#/s/${encodeURIComponent(id)}`;
+    const field = $("new-session-id");
+    const id = field.value.trim();
+    // only spaces satisfy `required`: cleared, the field says an id is needed as when empty
+    if (!id) { field.value = ""; field.reportValidity(); return; }
+    if (!badId(id)) location.hash = `#/s/${encodeURIComponent(id)}`;
   });
   window.addEventListener("hashchange", route);
   route();

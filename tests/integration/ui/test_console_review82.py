@@ -1,5 +1,6 @@
 """The console's audit fixes, reviewed: what they missed. A view that follows a working
-agent drops its oldest rows, not the one the keyboard's focus or a selection is in.
+agent drops its oldest rows, not the one the keyboard's focus or a selection is in; Open
+with only spaces typed says an id is needed.
 
 Each test fails on the console before its fix; the ``console`` fixture checks that the page
 raised no error and asked no host but the proxy.
@@ -82,3 +83,17 @@ def test_the_rows_a_followed_view_drops_are_not_the_ones_selected(
     page.locator("#message-list:not([aria-busy])").wait_for()
     assert page.evaluate("getSelection().anchorNode?.isConnected") is True
     assert page.evaluate("getSelection().toString()").strip() != ""
+
+
+def test_open_with_only_spaces_typed_says_an_id_is_needed(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The field is required, which spaces satisfy: Open did nothing, unsaid, as it did with
+    nothing typed before it was."""
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    field = page.get_by_test_id("new-session-id")
+    field.fill("   ")
+    page.get_by_test_id("new-session-open").click()
+    assert field.evaluate("(n) => n.validationMessage") != ""
+    assert page.evaluate("document.activeElement.id") == "new-session-id"
