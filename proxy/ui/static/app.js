@@ -192,7 +192,14 @@ function forgetList() {
 // A first page the proxy did not answer (away, restarting): said where the rows go, with a
 // button that reads it again (data-testid sessions-retry); the toast alone went and left an
 // empty table that nothing filled but a reload. A next page's own button reads it again.
+// The rows of the last read go (and its next page): under another filter, or the list left
+// and opened again, they are not the list asked for, yet showed as its answer.
 function listFailed(err) {
+  sessions = [];
+  listCursor = null;
+  listMore = false;
+  $("sessions-more").hidden = true;
+  $("session-list").replaceChildren();
   $("list-empty").textContent = `Could not list the sessions: ${err.message}`;
   $("list-empty").hidden = false;
   $("list-retry").hidden = false;

@@ -18,6 +18,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page, roomy_config
 from tests.integration.ui.test_console import api, sign_in, tool_round
+from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,3 +98,22 @@ def test_open_with_only_spaces_typed_says_an_id_is_needed(
     page.get_by_test_id("new-session-open").click()
     assert field.evaluate("(n) => n.validationMessage") != ""
     assert page.evaluate("document.activeElement.id") == "new-session-id"
+
+
+def test_a_filter_the_proxy_did_not_answer_shows_no_rows_of_the_last_one(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A filter read that failed left the last filter's rows (on a long list, its Show more
+    too) under "Could not list the sessions" and Try again: rows the typed filter does not
+    match, which Show more went on paging, as if they were its answer."""
+    started(console_proxy, "earlier-list")
+    page = sign_in(console)
+    page.get_by_test_id("session-row").first.wait_for()
+    page.route("**/v1/sessions?*", lambda route: route.abort())
+    page.get_by_test_id("session-filter").fill("nothing-like-it")
+    page.locator("#list-empty").filter(has_text="Could not list the sessions").wait_for()
+    assert page.get_by_test_id("session-row").count() == 0
+    assert page.get_by_test_id("sessions-more").is_hidden()
+    page.unroute("**/v1/sessions?*")
+    page.get_by_test_id("sessions-retry").click()
+    page.locator("#list-empty").filter(has_text="No session matches").wait_for()
