@@ -1,6 +1,7 @@
 """The console's audit fixes, reviewed: what they missed. A view that follows a working
 agent drops its oldest rows, not the one the keyboard's focus or a selection is in; Open
-with only spaces typed says an id is needed.
+with only spaces typed says an id is needed; a list read that failed shows none of the last
+read's rows.
 
 Each test fails on the console before its fix; the ``console`` fixture checks that the page
 raised no error and asked no host but the proxy.
