@@ -66,6 +66,8 @@ def test_the_rows_a_followed_view_drops_are_not_the_one_the_focus_is_in(
     page.locator("#message-list:not([aria-busy])").wait_for()
     assert page.evaluate("document.activeElement.dataset.testid") == "raw-page"
     assert page.evaluate("document.activeElement.isConnected")
+    rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
+    assert rows.first.get_attribute("data-pos") == "2"  # the rows before it went
 
 
 def test_the_rows_a_followed_view_drops_are_not_the_ones_selected(
