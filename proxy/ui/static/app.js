@@ -192,7 +192,14 @@ function forgetList() {
 // A first page the proxy did not answer (away, restarting): said where the rows go, with a
 // button that reads it again (data-testid sessions-retry); the toast alone went and left an
 // empty table that nothing filled but a reload. A next page's own button reads it again.
+// The rows of the last read go (and its next page): under another filter, or the list left
+// and opened again, they are not the list asked for, yet showed as its answer.
 function listFailed(err) {
+  sessions = [];
+  listCursor = null;
+  listMore = false;
+  $("sessions-more").hidden = true;
+  $("session-list").replaceChildren();
   $("list-empty").textContent = `Could not list the sessions: ${err.message}`;
   $("list-empty").hidden = false;
   $("list-retry").hidden = false;
@@ -303,8 +310,11 @@ function boot() {
   });
   $("new-session").addEventListener("submit", (e) => {
     e.preventDefault();
-    const id = $("new-session-id").value.trim();
-    if (id && !badId(id)) location.hash = `#/s/${encodeURIComponent(id)}`;
+    const field = $("new-session-id");
+    const id = field.value.trim();
+    // only spaces satisfy `required`: cleared, the field says an id is needed as when empty
+    if (!id) { field.value = ""; field.reportValidity(); return; }
+    if (!badId(id)) location.hash = `#/s/${encodeURIComponent(id)}`;
   });
   window.addEventListener("hashchange", route);
   route();

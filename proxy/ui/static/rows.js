@@ -152,10 +152,13 @@ export class MessageRows {
   // while the page follows the tail, the rows before the last WINDOW go, from the data and
   // the page ("load earlier" brings them back), so the page, and the window a whole reload
   // reads again, stay the size a fresh open has. True when some went. After render only:
-  // the rows and the list's items are then one for one.
+  // the rows and the list's items are then one for one. The row the keyboard's focus or a
+  // selection is in stays, with those after it: the person is on it (a raw output read from
+  // the keyboard, text being copied); a later load trims the rest once they have moved on.
   trim() {
-    const drop = this.rows.length - WINDOW;
     if (this.rows.length <= 2 * WINDOW || this.shown !== this.rows.length) return false;
+    const drop = before(this.list, this.rows.length - WINDOW);
+    if (!drop) return false;
     this.rows = this.rows.slice(drop);
     this.start += drop;
     this.shown -= drop;
@@ -208,6 +211,21 @@ export class MessageRows {
     // button gives up to the page's body, where the keyboard's place is lost
     button.setAttribute("aria-disabled", String(shown.next >= shown.total));
   }
+}
+
+// How many of the list's first `n` items may go: those before the first one the focus, or
+// either end of a selection, is in.
+function before(list, n) {
+  const sel = document.getSelection();
+  const ends = sel && !sel.isCollapsed ? [sel.anchorNode, sel.focusNode] : [];
+  let first = n;
+  for (let node of [document.activeElement, ...ends]) {
+    if (!node || !list.contains(node)) continue;
+    if (node === list) return 0; // a selection's end between items: keep them all
+    while (node.parentNode !== list) node = node.parentNode;
+    first = Math.min(first, Array.prototype.indexOf.call(list.children, node));
+  }
+  return first;
 }
 
 // Rows read again from a held one on (`out`) that are the rows held there (`held`), changed
