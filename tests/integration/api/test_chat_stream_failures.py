@@ -139,8 +139,13 @@ _WHOLE = {
 }
 
 
+@pytest.mark.parametrize("usage", [True, False], ids=["usage-asked", "usage-not-asked"])
 def test_a_whole_json_answer_to_a_stream_reaches_the_sdk_as_a_stream_and_is_stored(
-    client: openai.OpenAI, http: httpx.Client, fake_upstream: FakeUpstream, records: Records
+    client: openai.OpenAI,
+    http: httpx.Client,
+    fake_upstream: FakeUpstream,
+    records: Records,
+    usage: bool,
 ) -> None:
     # A provider that ignores "stream" answers with a whole completion: its bytes went out as
     # they came, which the SDK read as an empty, successful stream, and nothing was stored.
@@ -149,7 +154,7 @@ def test_a_whole_json_answer_to_a_stream_reaches_the_sdk_as_a_stream_and_is_stor
     with client.chat.completions.stream(
         model="gpt-fake",
         messages=turn,  # type: ignore[arg-type]
-        stream_options={"include_usage": True},
+        stream_options={"include_usage": True} if usage else openai.NOT_GIVEN,
         extra_headers={"x-session-id": "json-stream"},
     ) as stream:
         final = stream.get_final_completion()
@@ -157,7 +162,7 @@ def test_a_whole_json_answer_to_a_stream_reaches_the_sdk_as_a_stream_and_is_stor
     assert (choice.message.content, choice.finish_reason) == ("let me look", "tool_calls")
     calls = [c.model_dump(exclude_none=True) for c in choice.message.tool_calls or []]
     assert calls == [{**_CALL, "index": 0}]  # the stream helper keeps each delta's index
-    assert final.usage is not None and final.usage.total_tokens == 8
+    assert (final.usage.total_tokens if final.usage else None) == (8 if usage else None)
     stored = wait_for(lambda: _live_messages(http, "json-stream", 2))
     assert stored == [*turn, _WHOLE["choices"][0]["message"]]  # type: ignore[index]
     warned = [r.getMessage() for r in records.errors() if "whole" in r.getMessage()]
