@@ -261,8 +261,13 @@ def _text(content: Any) -> str:
     return ""
 
 
+_FRAMED = ("role", "content", "refusal", "tool_calls")  # each in frames of its own
+
+
 def _choice_frames(index: int, message: Mapping[str, Any], finish: Any) -> list[dict[str, Any]]:
     frames: list[dict[str, Any]] = [{"role": message.get("role") or "assistant", "content": ""}]
+    if own := {k: v for k, v in message.items() if k not in _FRAMED and v is not None}:
+        frames.append(own)  # a provider's own fields (``reasoning_content``), in one delta
     if text := _text(message.get("content")):
         frames.append({"content": text})
     if refusal := message.get("refusal"):
@@ -281,7 +286,8 @@ def _choice_frames(index: int, message: Mapping[str, Any], finish: Any) -> list[
 def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[bytes]:
     """Encode a ``chat.completion`` as the SSE frames a streaming client expects, then DONE.
 
-    Per choice: a role frame, a content frame, a refusal frame, per tool call a frame with
+    Per choice: a role frame, a frame of the message's other fields (a provider's own, as a
+    delta carries them), a content frame, a refusal frame, per tool call a frame with
     index/id/name then one with its arguments, and a finish frame. With ``include_usage``,
     every frame carries ``usage: null`` and a final usage-only frame follows, as OpenAI does.
     Round-trips through ``StreamAccumulator.to_completion``.

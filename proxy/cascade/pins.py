@@ -26,6 +26,7 @@ import re
 __all__ = ["id_args_name", "names", "pin", "unpin"]
 
 _PINNED = re.compile(r"(.+)@(0|[1-9][0-9]{0,9})", re.DOTALL)
+MAX_POSITION = 2**31 - 1  # a history position is a database ``integer``
 
 
 def pin(tool_call_id: str, pos: int) -> str:
@@ -34,9 +35,11 @@ def pin(tool_call_id: str, pos: int) -> str:
 
 
 def unpin(handle: str) -> tuple[str, int] | None:
-    """(tool_call_id, position) of a ``pin`` handle; None for any other id."""
+    """(tool_call_id, position) of a ``pin`` handle; None for any other id, a position past
+    any a history holds (``MAX_POSITION``) included: such a handle names no result, and is
+    read as the unknown id it is."""
     m = _PINNED.fullmatch(handle)
-    return (m[1], int(m[2])) if m else None
+    return (m[1], int(m[2])) if m and int(m[2]) <= MAX_POSITION else None
 
 
 def names(handle: object, own: str) -> bool:

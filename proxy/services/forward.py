@@ -349,6 +349,9 @@ class Forwarder:
                     failed = True
                 yield piece
         finally:
+            if out.unstreamed:  # once a round, never a chunk: the provider ignores ``stream``
+                where = provider_name(step.route.provider)
+                log.warning("%s ignores stream: its whole completion goes out as a stream", where)
             if (out.provider_error or out.error) and not out.stopped:  # a 200 that failed
                 resp.failed(stream_failure(out))
             await resp.aclose()

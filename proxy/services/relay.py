@@ -24,9 +24,10 @@ never came (the provider closed after its line) is read, and goes out, as if it 
 A stream that ends with neither ``[DONE]`` nor a finish reason on every choice did not finish,
 nor did one whose ``[DONE]`` comes before any chat chunk:
 the round reports it in ``RoundOutcome.error`` (``round_outcome.py``), as it does a stream that
-breaks off, a body that holds no chat chunk (but a whole JSON answer, relayed as it came; an
-error object goes out as an error frame), and a chunk whose choices or tool calls are malformed
-(``chunk_faults.malformed``) or a data event that is no JSON object, which ends the round before it:
+breaks off, a body that holds no chat chunk (but a whole JSON completion, a provider's that
+ignored ``stream``, goes out as its stream, read as one; an error object as an error frame),
+and a chunk whose choices or tool calls are malformed (``chunk_faults.malformed``) or a data
+event that is no JSON object, which ends the round before it:
 the relay, the stored reply and the client would each read it differently. So does an event
 over ``MAX_ANSWER_BYTES``, ended or not, and the provider's connection is closed unread.
 While the upstream is silent, an SSE comment keep-alive goes out every ``keepalive`` seconds.
@@ -45,7 +46,7 @@ from typing import Any
 
 import anyio
 
-from proxy import answers, chunk_faults, sse
+from proxy import answers, chunk_faults, chunks, sse
 from proxy.services.client_stream import ClientStream, unfinished
 from proxy.services.relay_calls import has_tool_calls, rewrite
 from proxy.services.round_outcome import RoundOutcome, broke_off, capped, ends, stop_ended
@@ -205,19 +206,32 @@ def _ending(
     unterminated rest is dropped: it would run into the error frame.
     """
     now: list[bytes] = []
+    kw = {"strip_usage": strip_usage, "intercept": intercept}
     whole = _json_object(tail)
-    if not (out.acc.indices or out.saw_done or out.provider_error) and (
-        failure := chunk_faults.error_answer(whole)
-    ):
-        # an error object instead of a stream: the SDKs read it only as an error frame
-        out.provider_error = out.scrub(failure[1])
-        frame = out.scrub(sse.encode_event({"error": failure[0]}).decode())
-        return [frame.encode(), sse.DONE], b""
+    if whole is not None and not (out.acc.indices or out.saw_done or out.provider_error):
+        if failure := chunk_faults.error_answer(whole):
+            # an error object instead of a stream: the SDKs read it only as an error frame
+            out.provider_error = out.scrub(failure[1])
+            frame = out.scrub(sse.encode_event({"error": failure[0]}).decode())
+            return [frame.encode(), sse.DONE], b""
+        if whole.get("choices") is not None:
+            # a whole completion (a provider that ignored ``stream``), which the SDKs read as
+            # an empty stream: read and relayed as its stream, each chunk as if it came so
+            if (why := chunk_faults.malformed(whole, "message")) is not None:
+                out.error = f"the provider sent a malformed answer ({why})"
+                return [], b""
+            try:
+                frames = chunks.completion_to_chunks(whole, include_usage=True)
+            except (ValueError, RecursionError):  # a lone surrogate half; nested past the stack
+                out.error = f"{NO_CHAT} (its whole JSON answer cannot be written as one)"
+                return [], b""
+            out.unstreamed = True
+            for piece in frames:
+                now += _handle(piece, out, held=held, client=client, **kw)
+            return now, b""
     if tail.strip() and not out.saw_done and _last_event(tail):
         event = tail.rstrip(b"\r\n") + b"\n\n"  # an SSE client drops an event left open
-        now = _handle(
-            event, out, strip_usage=strip_usage, intercept=intercept, held=held, client=client
-        )
+        now = _handle(event, out, held=held, client=client, **kw)
         tail = b""
     out.saw_data = out.saw_data or bool(tail.strip())
     if out.saw_data and not (
@@ -252,7 +266,7 @@ def _utf8(event: bytes) -> bytes:
 
 def _json_object(tail: bytes) -> dict[str, Any] | None:
     """The body's unterminated rest as a JSON object, or ``None``: a provider that ignored
-    ``stream`` sent a whole completion (relayed as it came) or an error object there."""
+    ``stream`` sent a whole completion (relayed as its stream) or an error object there."""
     if not tail.lstrip().startswith(b"{"):
         return None
     try:

@@ -37,6 +37,7 @@ class RoundOutcome:
     error_code: str | None = UpstreamBadResponse.code  # its error frame's (a timeout's: its own)
     provider_error: str | None = None  # its error's type and code: relayed as it came
     saw_data: bool = False  # any data event at all (a body that is no chat stream has some)
+    unstreamed: bool = False  # a whole completion came instead, relayed as its stream
     stopped: bool = False  # the stop's grace ended it (``stopping.py``): no fault of the provider
     # what a provider's error frame passes through before it goes out (its StreamAnswer's)
     scrub: Callable[[str], str] = field(default=lambda text: text, repr=False)

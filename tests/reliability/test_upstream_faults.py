@@ -66,15 +66,6 @@ def error_frame(code: str | None = None) -> Check:
     return check
 
 
-def relayed(body: bytes) -> Check:
-    """A streamed request answered with no chat chunk: its body as it came (README)."""
-
-    def check(r: httpx.Response) -> None:
-        assert r.status_code == 200 and r.content == body, r.content
-
-    return check
-
-
 _CHUNK = (
     'data: {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",'
     ' "choices": [{"index": 0, "delta": {"role": "assistant", "content": "par"},'
@@ -84,12 +75,6 @@ _CHUNK = (
 _ERROR = (
     '{"error": {"message": "slow down", "type": "requests", "param": null,'
     ' "code": "rate_limit_exceeded"}}'
-)
-
-_COMPLETION = (
-    '{"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices":'
-    ' [{"index": 0, "message": {"role": "assistant", "content": "whole"},'
-    ' "finish_reason": "stop"}]}'
 )
 
 
@@ -137,10 +122,11 @@ FAULTS: dict[str, tuple[Responder, bool, Check]] = {
         error_frame(BAD),
     ),
     "not SSE at all": (raw("hello\nworld\n", headers=_SSE), True, error_frame(BAD)),
-    "a whole completion to a stream (relayed as it came)": (
-        raw(_COMPLETION, headers=_JSON),
+    # a whole completion to a stream is an answer (relayed as its stream); a malformed one not
+    "a malformed whole completion to a stream": (
+        raw('{"id": "c1", "choices": [{"index": 0, "message": "whole"}]}', headers=_JSON),
         True,
-        relayed(_COMPLETION.encode()),
+        error_frame(BAD),
     ),
     "non-JSON 200 body": (raw("this is not json", headers=_JSON), False, proxy_error(502, BAD)),
     "HTML 200 body": (

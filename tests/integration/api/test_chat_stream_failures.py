@@ -19,7 +19,7 @@ import pytest
 
 from tests.fakes.replies import Pacer, Reply, raw, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import wait_for
+from tests.integration.api.conftest import Records, wait_for
 from tests.integration.api.sessions_helpers import live_messages
 from tests.integration.api.sse_frames import DONE, _data_frames, _payload, stream_chat
 
@@ -122,29 +122,51 @@ def test_a_provider_error_frame_mid_stream_is_relayed_and_no_reply_is_stored(
     assert again.json()["choices"][0]["message"]["content"] == "later"
 
 
-def test_a_whole_json_answer_to_a_stream_is_relayed_and_stores_no_empty_reply(
-    http: httpx.Client, fake_upstream: FakeUpstream
+_CALL = {"id": "call_1", "type": "function", "function": {"name": "run", "arguments": '{"x": 1}'}}
+_WHOLE = {
+    "id": "c1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": "let me look", "tool_calls": [_CALL]},
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+}
+
+
+@pytest.mark.parametrize("usage", [True, False], ids=["usage-asked", "usage-not-asked"])
+def test_a_whole_json_answer_to_a_stream_reaches_the_sdk_as_a_stream_and_is_stored(
+    client: openai.OpenAI,
+    http: httpx.Client,
+    fake_upstream: FakeUpstream,
+    records: Records,
+    usage: bool,
 ) -> None:
-    # A provider that ignores "stream": its bytes go through, but they hold no chunk, and
-    # an empty assistant message was stored as if the model had answered "".
-    completion = {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "stop",
-                "message": {"role": "assistant", "content": "whole"},
-            }
-        ],
-    }
-    fake_upstream.script(raw(json.dumps(completion), headers={"content-type": "application/json"}))
+    # A provider that ignores "stream" answers with a whole completion: its bytes went out as
+    # they came, which the SDK read as an empty, successful stream, and nothing was stored.
+    fake_upstream.script(raw(json.dumps(_WHOLE), headers={"content-type": "application/json"}))
     turn = [{"role": "user", "content": "go"}]
-    resp = stream_chat(http, "json-stream", turn)
-    assert resp.status_code == 200 and json.loads(resp.content) == completion
-    assert _live_messages(http, "json-stream", 0) == turn
+    with client.chat.completions.stream(
+        model="gpt-fake",
+        messages=turn,  # type: ignore[arg-type]
+        stream_options={"include_usage": True} if usage else openai.NOT_GIVEN,
+        extra_headers={"x-session-id": "json-stream"},
+    ) as stream:
+        final = stream.get_final_completion()
+    (choice,) = final.choices
+    assert (choice.message.content, choice.finish_reason) == ("let me look", "tool_calls")
+    calls = [c.model_dump(exclude_none=True) for c in choice.message.tool_calls or []]
+    assert calls == [{**_CALL, "index": 0}]  # the stream helper keeps each delta's index
+    assert (final.usage.total_tokens if final.usage else None) == (8 if usage else None)
+    stored = wait_for(lambda: _live_messages(http, "json-stream", 2))
+    assert stored == [*turn, _WHOLE["choices"][0]["message"]]  # type: ignore[index]
+    warned = [r.getMessage() for r in records.errors() if "whole" in r.getMessage()]
+    assert len(warned) == 1 and fake_upstream.origin in warned[0], warned
 
 
 def _live_messages(http: httpx.Client, sid: str, at_least: int) -> list[Any]:

@@ -191,3 +191,22 @@ def test_a_pinned_read_of_a_redacted_result_finds_nothing_as_the_bare_read_does(
         assert (
             read_all(http, "redacted", "call_0@6") == second == read_all(http, "redacted", "call_0")
         )
+
+
+@pytest.mark.parametrize("position", [2**31, 9_999_999_999])
+def test_a_handle_past_any_position_is_not_found_as_an_unknown_one_is(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, position: int
+) -> None:
+    # A handle's position past a database integer (``pins.unpin`` reads up to ten digits)
+    # names no result: it answers as an unknown handle does, not with the driver's error.
+    messages = history("call_0", blob(9000, "cut"), tag="a")  # cut: read_tool_output is offered
+    chat(proxy, "huge", messages)
+    handle = f"call_0@{position}"
+    page = _model_reads(proxy, fake_upstream, "huge", messages, handle)
+    assert page == f"read_tool_output: no stored output with id {handle!r} in this session"
+    with api(proxy) as http:
+        unknown = http.get("/v1/sessions/huge/tool-outputs/call_9")
+        for name in (handle, "call_0@2147483647"):
+            r = http.get(f"/v1/sessions/huge/tool-outputs/{name}")
+            assert r.status_code == unknown.status_code == 404, (name, r.text)
+            assert r.text == unknown.text.replace("call_9", name), name

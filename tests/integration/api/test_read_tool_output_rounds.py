@@ -335,3 +335,33 @@ def test_malformed_tool_calls_with_read_tool_output_offered_are_a_provider_error
     else:
         assert resp.status_code == 502 and "malformed" in resp.json()["error"]["message"]
     assert len(fake_upstream.bodies()) == 1
+
+
+def test_a_provider_that_ignores_stream_has_its_read_tool_output_call_answered(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    # Each round's answer a whole completion: its read_tool_output call is the proxy's, as a
+    # streamed one is, and the client's stream holds only the last round's answer.
+    def whole(message: dict[str, Any], finish: str) -> Any:
+        choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+        body = {"id": "c1", "object": "chat.completion", "created": 1, "choices": [choice]}
+        return raw(json.dumps(body), headers={"content-type": "application/json"})
+
+    call = read_call("int_1", id="call_big")
+    fake_upstream.script(
+        whole({"content": None, "tool_calls": [call]}, "tool_calls"),
+        whole({"content": "the answer"}, "stop"),
+    )
+    messages = history("call_big", blob(9000, "big"))
+    client = sdk(proxy, "ignores-stream")
+    with client.chat.completions.stream(
+        model="gpt-4o", messages=messages, tools=CLIENT_TOOLS
+    ) as stream:
+        final = stream.get_final_completion()
+    message = final.choices[0].message
+    assert (message.content, message.tool_calls) == ("the answer", None)
+    bodies = fake_upstream.bodies()
+    assert len(bodies) == 2
+    answered = bodies[1]["messages"][-1]
+    assert answered["role"] == "tool" and answered["tool_call_id"] == "int_1", answered
+    assert answered["content"].startswith("[read_tool_output"), answered["content"][:200]

@@ -38,7 +38,8 @@ def _handle(text: str) -> Any:
 def test_names_is_the_id_itself_or_a_pin_of_it() -> None:
     assert names("call_0", "call_0") and names("call_0@7", "call_0")
     assert names("a@b@3", "a@b") and names("a@b", "a@b")
-    for other in ("call_1@7", "call_0@x", "call_01", "", None, 7):
+    assert names("call_0@2147483647", "call_0")  # the last position a history holds
+    for other in ("call_1@7", "call_0@x", "call_01", "call_0@2147483648", "", None, 7):
         assert not names(other, "call_0"), other
     assert not names("call_0", "")
 
