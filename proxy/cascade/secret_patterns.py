@@ -92,7 +92,12 @@ _BUILTIN_TYPE = (
 # A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
 # capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
 # shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
-_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>)"
+_ARGUMENTS = r"<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>"
+_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}" + _ARGUMENTS + ")"
+# What follows a type in code: a blank, code's punctuation, an optional's ``?``, an array's
+# ``[]``, a line's or a string's end. A type's shape with more after it (``Abc<x>yz9!``,
+# ``&Xk93pq7``) is a secret's start, not a type.
+_TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
 # Other types code writes after a name: TypeScript's operators (``readonly string[]``,
 # ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
 # name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
@@ -100,8 +105,11 @@ _GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{
 # .env cannot be told from a Python annotation's type there.
 _CODE_TYPE = (
     r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
-    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:str|\[|[A-Z])"
-    r"|(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
+    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:\[[A-Za-z0-9_;&' ]{1,64}\]|str|[A-Z][A-Za-z_]{0,63}(?:"
+    + _ARGUMENTS
+    + ")?)"
+    + _TYPE_END
+    + r"|(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
 )
 # An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
 # ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
@@ -121,7 +129,7 @@ _NOT_A_VALUE = (
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
     r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
-    r"(?!" + _GENERIC + "|" + _CODE_TYPE + ")"
+    r"(?!" + _GENERIC + _TYPE_END + "|" + _CODE_TYPE + ")"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"

@@ -54,6 +54,11 @@ def test_a_type_is_no_secret(text: str) -> None:
         ("DB_PASSWORD=SuperSecret\nUSER=app", f"DB_PASSWORD={REDACTED}\nUSER=app"),
         ("password: Welcome;", f"password: {REDACTED};"),
         ("token: Int64", f"token: {REDACTED}"),
+        # a type's shape at a value's start, then more that no code writes after a type
+        ("password: Abc<x>yz9!", f"password: {REDACTED}<x>yz9!"),
+        ("token: Observable<string>hunter2", f"token: {REDACTED}<string>hunter2"),
+        ("password: &Xk93pq7", f"password: {REDACTED}"),
+        ("secret: &str9x", f"secret: {REDACTED}"),
     ],
 )
 def test_a_secret_beside_angle_brackets_is_still_redacted(text: str, kept: str | None) -> None:
