@@ -101,15 +101,17 @@ _TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
 # Other types code writes after a name: TypeScript's operators (``readonly string[]``,
 # ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
 # name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
-# ``JwtPayload | null``, ``Token[]``). One at a line's end is a secret: ``SuperSecret`` in a
-# .env cannot be told from a Python annotation's type there.
+# ``JwtPayload | null``, ``Token[]``), after a colon: after ``=`` no type annotates a name
+# (``export DB_PASSWORD=SuperSecret; …`` in a shell). One at a line's end is a secret:
+# ``SuperSecret`` in a .env cannot be told from a Python annotation's type there.
 _CODE_TYPE = (
     r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
     r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:\[[A-Za-z0-9_;&' ]{1,64}\]|str|[A-Z][A-Za-z_]{0,63}(?:"
     + _ARGUMENTS
     + ")?)"
     + _TYPE_END
-    + r"|(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
+    + r"|(?:(?<=:)|(?<=:[ \t])|(?<=:[ \t]{2})|(?<=:[ \t]{3}))"
+    + r"(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
 )
 # An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
 # ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.

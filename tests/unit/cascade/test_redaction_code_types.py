@@ -59,6 +59,12 @@ def test_a_type_is_no_secret(text: str) -> None:
         ("token: Observable<string>hunter2", f"token: {REDACTED}<string>hunter2"),
         ("password: &Xk93pq7", f"password: {REDACTED}"),
         ("secret: &str9x", f"secret: {REDACTED}"),
+        # after ``=`` no type annotates a name: a shell's or a .env's value before ``;`` or ``,``
+        (
+            "export DB_PASSWORD=SuperSecret; ./deploy.sh",
+            f"export DB_PASSWORD={REDACTED}; ./deploy.sh",
+        ),
+        ("API_TOKEN = CorrectHorse,", f"API_TOKEN = {REDACTED},"),
     ],
 )
 def test_a_secret_beside_angle_brackets_is_still_redacted(text: str, kept: str | None) -> None:
