@@ -366,12 +366,13 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # Discord webhook's. Keeps the host and the path's fixed words. Each begins at ``://``,
     # the URL password's literal, the host's labels read after it: a literal of their own
     # would take the scanner past the 64 the automaton reads fastest (``redaction_scan``).
-    # One pattern, so each ``://`` is tried once for all three.
+    # One pattern, so each ``://`` is tried once for all three. A host's name is read in any
+    # case, as a URL may spell it (``HTTPS://API.Telegram.ORG/bot…``).
     r"://"
     + _HOST
-    + r"(?:telegram\.org/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
-    + r"|slack\.com/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
-    + r"|discord(?:app)?\.com/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
+    + r"(?:(?i:telegram\.org)/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"|(?i:slack\.com)/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
+    + r"|(?i:discord(?:app)?\.com)/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
     + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))",
     # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
     # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
