@@ -196,8 +196,10 @@ _WHOLE_STRING = (
 # own text escapes is escaped thrice (seven backslashes), read as one of its characters.
 _TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){7}"|[^"\\\n]|\\[^"\n]){1,500}?)\\\\\\"'
 
-# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few.
+# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few,
+# and its port after it (``:443``), if any.
 _HOST = r"(?:[A-Za-z0-9\-]{1,63}\.){0,4}"
+_PORT = r"(?::[0-9]{1,5})?"
 
 
 def _secret_value(block: str) -> str:
@@ -370,9 +372,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # case, as a URL may spell it (``HTTPS://API.Telegram.ORG/bot…``).
     r"://"
     + _HOST
-    + r"(?:(?i:telegram\.org)/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
-    + r"|(?i:slack\.com)/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
-    + r"|(?i:discord(?:app)?\.com)/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
+    + r"(?:(?i:telegram\.org)"
+    + _PORT
+    + r"/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"|(?i:slack\.com)"
+    + _PORT
+    + r"/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
+    + r"|(?i:discord(?:app)?\.com)"
+    + _PORT
+    + r"/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
     + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))",
     # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
     # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.

@@ -43,6 +43,10 @@ _DISCORD = "1234567890123456789/" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7" * 2 + "cF0hJ3l
             f"GET HTTPS://API.Telegram.ORG/bot{_TELEGRAM}/getMe",
             f"GET HTTPS://API.Telegram.ORG/bot{REDACTED}/getMe",
         ),
+        (  # with its port
+            f"https://api.telegram.org:443/bot{_TELEGRAM}/getMe",
+            f"https://api.telegram.org:443/bot{REDACTED}/getMe",
+        ),
         (
             f"https://Hooks.Slack.com/services/{_SLACK}",
             f"https://Hooks.Slack.com/services/{REDACTED}",
