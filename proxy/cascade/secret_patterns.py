@@ -20,6 +20,14 @@ from proxy.cascade.secret_blocks import (
     NL,
     SHORT_BLOCK,
 )
+from proxy.cascade.secret_code import (
+    ANNOTATION,
+    BUILTIN_TYPE,
+    CODE_TYPE,
+    GENERIC,
+    IDENTIFIER,
+    TYPE_END,
+)
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -38,7 +46,7 @@ _KEYWORD = (
 # nulls, and values already redacted; and source code that names a token or password, which
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``, TypeScript's
-# ``password: string;``: ``_BUILTIN_TYPE``) or a generic one (``_GENERIC``), a comment
+# ``password: string;``: ``BUILTIN_TYPE``) or a generic one (``GENERIC``), a comment
 # after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
 # asterisks alone (a Markdown label's closing ``**``, a masked ``********``), a variable's
 # name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value of letters
@@ -76,66 +84,16 @@ def _assigned(blanks: int) -> str:
     return _QUOTE + "?" + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
 
 
-_IDENTIFIER = (
-    r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
-    r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
-    r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
-    r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
-)
-# A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
-# and C#'s (``String?``, optional), Rust's numbers, Pydantic's secrets (``api_key: SecretStr``);
-# none is a password anyone sets.
-_BUILTIN_TYPE = (
-    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
-    r"|[iu](?:8|16|32|64|128|size)|f32|f64|char|secretstr|secretbytes)"
-)
-# A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
-# capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
-# shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
-_ARGUMENTS = r"<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>"
-_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}" + _ARGUMENTS + ")"
-# What follows a type in code: a blank, code's punctuation, an optional's ``?``, an array's
-# ``[]``, a line's or a string's end. A type's shape with more after it (``Abc<x>yz9!``,
-# ``&Xk93pq7``) is a secret's start, not a type.
-_TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
-# Other types code writes after a name: TypeScript's operators (``readonly string[]``,
-# ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
-# name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
-# ``JwtPayload | null``, ``Token[]``), after a colon: after ``=`` no type annotates a name
-# (``export DB_PASSWORD=SuperSecret; …`` in a shell). One at a line's end is a secret:
-# ``SuperSecret`` in a .env cannot be told from a Python annotation's type there.
-_CODE_TYPE = (
-    r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
-    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:\[[A-Za-z0-9_;&' ]{1,64}\]|str|[A-Z][A-Za-z_]{0,63}(?:"
-    + _ARGUMENTS
-    + ")?)"
-    + _TYPE_END
-    + r"|(?:(?<=:)|(?<=:[ \t])|(?<=:[ \t]{2})|(?<=:[ \t]{3}))"
-    + r"(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
-)
-# An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
-# ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
-_ANNOTATION = (
-    r"(?:\??"
-    + BLANK
-    + "{0,3}:"
-    + BLANK
-    + "{0,3}"
-    + f"(?:{_BUILTIN_TYPE}|{_GENERIC}|(?-i:(?:[A-Z][a-z]{{1,64}}){{2,16}}))"
-    + r"\??(?="
-    + BLANK
-    + r"{0,3}=(?![=>])))?+"
-)
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
-    r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
-    r"(?!" + _GENERIC + _TYPE_END + "|" + _CODE_TYPE + ")"
+    r"(?!" + BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
+    r"(?!" + GENERIC + TYPE_END + "|" + CODE_TYPE + ")"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
-    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
+    r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
 
@@ -410,7 +368,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"(?i)(?=[acpst])"
     + KEY_COLUMN
     + _SECRET_KEY
-    + _ANNOTATION
+    + ANNOTATION
     + _assigned(3)
     + _secret_value(KEYED_BLOCK),
 )
