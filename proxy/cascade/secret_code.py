@@ -43,15 +43,21 @@ GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}" + _ARGUMENTS + ")"
 # ``[]``, a line's or a string's end. A type's shape with more after it (``Abc<x>yz9!``,
 # ``&Xk93pq7``) is a secret's start, not a type.
 TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
-# Other types code writes after a name: TypeScript's operators (``readonly string[]``,
-# ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
-# name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
-# ``JwtPayload | null``, ``Token[]``), after a colon: after ``=`` no type annotates a name
-# (``export DB_PASSWORD=SuperSecret; …`` in a shell). One at a line's end is a secret:
-# ``SuperSecret`` in a .env cannot be told from a Python annotation's type there.
+# Other types code writes after a name: TypeScript's operators before the type each takes
+# (``readonly string[]``, ``readonly [A, B]``, ``keyof T``, ``typeof X``, ``unique symbol``;
+# ``unique horse`` is a passphrase), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``),
+# and a name of two capitalised words or more before what ends a type in code
+# (``token: AuthToken;``, ``JwtPayload | null``, ``Token[]``), after a colon: after ``=``
+# no type annotates a name (``export DB_PASSWORD=SuperSecret; …`` in a shell). One at a
+# line's end is a secret: ``SuperSecret`` in a .env cannot be told from a Python
+# annotation's type there.
 CODE_TYPE = (
-    r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
-    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:\[[A-Za-z0-9_;&' ]{1,64}\]|str|[A-Z][A-Za-z_]{0,63}(?:"
+    r"(?-i:readonly (?:\[|[A-Za-z_$][A-Za-z0-9_$.]{0,63}(?:"
+    + _ARGUMENTS
+    + r")?\[\])"
+    + r"|(?:(?:keyof|typeof) (?:typeof )?[A-Za-z_$][A-Za-z0-9_$.]{0,63}|unique symbol)"
+    + TYPE_END
+    + r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:\[[A-Za-z0-9_;&' ]{1,64}\]|str|[A-Z][A-Za-z_]{0,63}(?:"
     + _ARGUMENTS
     + ")?)"
     + TYPE_END

@@ -33,6 +33,8 @@ PATTERNS = compile_patterns(())
         "fn login(password: &str, token: &'a str, secret: &mut [u8]) -> bool",
         "  readonly tokens: readonly string[];\n  secretKey: typeof SECRET_KEY;",
         "type Keys = {\n  token: keyof Tokens;\n}",
+        "  readonly secret: unique symbol;\n  token: keyof typeof TOKENS,",
+        "  apiKeys: readonly [A, B];\n  tokens: readonly Array<Token>[];",
         "    token: Box<dyn Fn() -> String>,",
     ],
 )
@@ -65,6 +67,10 @@ def test_a_type_is_no_secret(text: str) -> None:
             f"export DB_PASSWORD={REDACTED}; ./deploy.sh",
         ),
         ("API_TOKEN = CorrectHorse,", f"API_TOKEN = {REDACTED},"),
+        # a passphrase's first word that is a TypeScript operator, before no type it takes
+        ("password: unique horse battery", f"password: {REDACTED} horse battery"),
+        ("password: readonly access", f"password: {REDACTED} access"),
+        ("token: typeof x9k!", f"token: {REDACTED} x9k!"),
     ],
 )
 def test_a_secret_beside_angle_brackets_is_still_redacted(text: str, kept: str | None) -> None:
