@@ -194,12 +194,15 @@ _AUTHORIZATION = "authorization"
 # A key written in words, as a password manager labels a field (``"label": "API Key"``,
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
 _WORDS_KEY = "(?:api|access|auth|private|secret) key"
+# A line's end or a quote escaped as JSON text writes it, or escaped twice (``\\\"``: JSON
+# inside a JSON string inside JSON text, as ``_QUOTE`` reads a key's).
+_ESCAPES = r"(?:\\\\)?\\[nrt\"]"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
-# commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
-# an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a brace or a
-# bracket: an entry of the next object is not this one's. A numbered view's line number
+# commas and quotes, bare or escaped as JSON text writes them, once or twice (a file's lines
+# as strings of an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a
+# brace or a bracket: an entry of the next object is not this one's. A numbered view's line number
 # (``_LINE_NUMBER``) after a line's end is one too (``cat -n``, an editor tool's view).
-_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]|" + _LINE_NUMBER + r"){1,128}+"
+_BETWEEN = r"(?:[\s,\"'&]|" + _ESCAPES + "|" + _LINE_NUMBER + r"){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
 # A secret's key whose value is an object, or in YAML the lines under it, holding the secret
@@ -242,9 +245,11 @@ _SIBLING = (
 # next one's name after this one's value), at most two short entries, and a name, key, label
 # or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
 _NAME_AFTER = (
-    r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
+    r"(?:[ \t\"']|(?:\\\\)?\\[t\"]){0,64}+(?:,|&|"
     + NL
-    + r")(?:[\s,\"']|\\[nrt\"]|"
+    + r")(?:[\s,\"']|"
+    + _ESCAPES
+    + "|"
     + _LINE_NUMBER
     + r"){0,128}+"
     + f"(?:{_ENTRY}){{0,2}}"
@@ -257,7 +262,7 @@ _NAME_AFTER = (
     + _AUTHORIZATION
     + "|"
     + _WORDS_KEY
-    + r")(?=\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
+    + r")(?=(?:\\\\)?\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
 )
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.

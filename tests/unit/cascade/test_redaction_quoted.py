@@ -100,6 +100,31 @@ def test_json_inside_json_strings_loses_its_secrets_and_stays_json(levels: int) 
     assert redact(out, PATTERNS) == (out, 0)
 
 
+@pytest.mark.parametrize("levels", [2, 3])
+def test_name_value_pairs_inside_json_strings_lose_their_secrets(levels: int) -> None:
+    """A pod's ``env`` as ``kubectl get -o json`` prints it, inside a JSON tool result
+    inside a logged body: three levels down the pairs' quotes are escaped twice, where the
+    entries between a name and its value were not read and the value went upstream."""
+    doc = {
+        "env": [
+            {"name": "DB_PASSWORD", "value": "hunter2xq"},
+            {"value": "s3cr3t-v4lue", "name": "API_TOKEN"},
+            {"name": "Authorization", "value": "Basic aHVudGVyMnhx"},
+        ],
+        "Tags": [{"Key": "api_token", "Value": "t0k3n-v4lue"}],
+    }
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 4, out
+    assert _unnested(out, levels) == {
+        "env": [
+            {"name": "DB_PASSWORD", "value": REDACTED},
+            {"value": REDACTED, "name": "API_TOKEN"},
+            {"name": "Authorization", "value": REDACTED},
+        ],
+        "Tags": [{"Key": "api_token", "Value": REDACTED}],
+    }
+
+
 def test_twice_escaped_values_are_read_in_linear_time() -> None:
     """Hostile runs after keys whose quotes are escaped twice: backslashes with no closing
     quote, escaped quotes one short of closing, keys back to back; each 100,000 characters."""
