@@ -151,8 +151,12 @@ _WHOLE_STRING = (
 )
 
 # A value between quotes escaped twice (``\\\"…\\\"``), to the first such quote: one its
-# own text escapes is escaped thrice (seven backslashes), read as one of its characters.
-_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){7}"|[^"\\\n]|\\[^"\n]){1,500}?)\\\\\\"'
+# own text escapes is escaped thrice (seven backslashes), read as one of its characters. A
+# run of backslashes is read eight at a time (the value's own backslash, escaped), then up to
+# seven before a character (an escape: ``\\\\n``) or seven before a quote: each place has one
+# reading, so a value ending in a backslash (eleven before its quote) ends at its quote, where
+# pairs read from its start took the last seven for an escaped quote and ran on.
+_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1,500}?)\\\\\\"'
 
 # A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few,
 # and its port after it (``:443``), if any.

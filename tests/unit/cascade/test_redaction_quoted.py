@@ -100,6 +100,21 @@ def test_json_inside_json_strings_loses_its_secrets_and_stays_json(levels: int) 
     assert redact(out, PATTERNS) == (out, 0)
 
 
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("value", ["C:\\keys\\", "\\", 'a\\"b\\\\', 'say "hi"\\'])
+def test_a_value_ending_in_a_backslash_inside_json_strings_ends_at_its_quote(
+    levels: int, value: str
+) -> None:
+    """Three levels down a value's own backslash is four (``\\\\\\\\``), before its closing
+    quote's three: read two at a time from the value's start, the last of them and that
+    quote looked like an escaped quote (seven), the value ran on over ``", "`` to the next
+    key's quote, and the innermost text was JSON no longer."""
+    doc = {"password": value, "user": "admin", "token": "zz9secret"}
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 2 and "zz9secret" not in out
+    assert _unnested(out, levels) == {"password": REDACTED, "user": "admin", "token": REDACTED}
+
+
 @pytest.mark.parametrize("levels", [2, 3])
 def test_name_value_pairs_inside_json_strings_lose_their_secrets(levels: int) -> None:
     """A pod's ``env`` as ``kubectl get -o json`` prints it, inside a JSON tool result
