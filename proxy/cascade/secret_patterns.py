@@ -55,10 +55,12 @@ _KEYWORD = (
 # A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
 # bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
-# ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
-# Windows path's) is the value's, read as one pair, so a run of them has one reading and a
+# ``\"``): one ends a value as the character it stands for would; doubled backslashes (a
+# Windows path's) are the value's, a run of pairs read whole, so it has one reading and a
 # value that turns out no call (below) is not tried again at each way of pairing them; a
-# pair before ``\"`` is a quote escaped twice (``\\\"``), which ends the value.
+# run before ``\"`` is none of the value's: it and that quote are a quote escaped twice
+# (``\\\"``), or, a level down, the value's own backslash (four) before its string's end
+# (``\"``), and any part of the run taken would leave the rest escaping that quote.
 _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments), or escaped once more
@@ -71,8 +73,10 @@ _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # a colon, an arrow or blanks (``password: ab&cd=ef`` in YAML, ``PASSWORD = …``) no form is
 # read, and the ``&`` is the value's (``_ANY_VALUE``): cut there, its tail went upstream.
 _FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
-_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
-_ANY_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+_VALUE = (
+    r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
+)
+_ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 

@@ -115,6 +115,23 @@ def test_a_value_ending_in_a_backslash_inside_json_strings_ends_at_its_quote(
     assert _unnested(out, levels) == {"password": REDACTED, "user": "admin", "token": REDACTED}
 
 
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("entry", ["DB_PASSWORD=C:\\keys\\", "token: x9\\\\", 'pwd=a\\"b'])
+def test_an_unquoted_value_before_backslashes_and_a_quote_leaves_json(
+    levels: int, entry: str
+) -> None:
+    """A value ending in a backslash, two levels down, is its own four backslashes before
+    the string's escaped quote (five, then the quote): two of them taken left three, which
+    escape that quote, and the text was JSON no longer. A run of backslashes before a
+    quote is the value's whole or not at all."""
+    doc = {"Env": [entry, "PATH=/usr/bin"], "api_key": "zz9secret"}
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 2 and "zz9secret" not in out
+    env = _unnested(out, levels)["Env"]  # type: ignore[index]
+    assert env[0].startswith(entry.split("=")[0].split(":")[0]) and REDACTED in env[0]
+    assert env[1] == "PATH=/usr/bin"
+
+
 @pytest.mark.parametrize("levels", [2, 3])
 def test_name_value_pairs_inside_json_strings_lose_their_secrets(levels: int) -> None:
     """A pod's ``env`` as ``kubectl get -o json`` prints it, inside a JSON tool result
