@@ -29,10 +29,11 @@ IDENTIFIER = (
 )
 # A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
 # and C#'s (``String?``, optional), Rust's numbers, Pydantic's secrets (``api_key: SecretStr``);
-# none is a password anyone sets.
+# none is a password anyone sets. Rust's and Pydantic's are read in their own case only
+# (``U8``, ``Secretstr`` are words).
 BUILTIN_TYPE = (
     r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
-    r"|[iu](?:8|16|32|64|128|size)|f32|f64|char|secretstr|secretbytes)"
+    r"|(?-i:[iu](?:8|16|32|64|128|size)|f32|f64|char|SecretStr|SecretBytes))"
 )
 # A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
 # capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that

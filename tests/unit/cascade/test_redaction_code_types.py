@@ -71,6 +71,10 @@ def test_a_type_is_no_secret(text: str) -> None:
         ("password: unique horse battery", f"password: {REDACTED} horse battery"),
         ("password: readonly access", f"password: {REDACTED} access"),
         ("token: typeof x9k!", f"token: {REDACTED} x9k!"),
+        # Rust's and Pydantic's type names are written in one case: another is a word
+        ("password: U8", f"password: {REDACTED}"),
+        ("api_key: Secretstr", f"api_key: {REDACTED}"),
+        ("PASSWORD=F64\n", f"PASSWORD={REDACTED}\n"),
     ],
 )
 def test_a_secret_beside_angle_brackets_is_still_redacted(text: str, kept: str | None) -> None:
