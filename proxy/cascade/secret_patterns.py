@@ -20,6 +20,14 @@ from proxy.cascade.secret_blocks import (
     NL,
     SHORT_BLOCK,
 )
+from proxy.cascade.secret_code import (
+    ANNOTATION,
+    BUILTIN_TYPE,
+    CODE_TYPE,
+    GENERIC,
+    IDENTIFIER,
+    TYPE_END,
+)
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -38,7 +46,7 @@ _KEYWORD = (
 # nulls, and values already redacted; and source code that names a token or password, which
 # a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``, TypeScript's
-# ``password: string;``: ``_BUILTIN_TYPE``) or a generic one (``_GENERIC``), a comment
+# ``password: string;``: ``BUILTIN_TYPE``) or a generic one (``GENERIC``), a comment
 # after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
 # asterisks alone (a Markdown label's closing ``**``, a masked ``********``), a variable's
 # name (``_csrf_token: csrfToken``, ``password = self.password``): a whole value of letters
@@ -47,10 +55,12 @@ _KEYWORD = (
 # A quote ends a value as a line's end does: a string that ends with it (``"MAX_TOKENS=5"``,
 # bare in code, or its JSON text in a call's arguments) holds a number, not a secret.
 # In JSON text (a call's arguments) a string's lines and quotes are escapes (``\n``,
-# ``\"``): one ends a value as the character it stands for would; a doubled backslash (a
-# Windows path's) is the value's, read as one pair, so a run of them has one reading and a
+# ``\"``): one ends a value as the character it stands for would; doubled backslashes (a
+# Windows path's) are the value's, a run of pairs read whole, so it has one reading and a
 # value that turns out no call (below) is not tried again at each way of pairing them; a
-# pair before ``\"`` is a quote escaped twice (``\\\"``), which ends the value.
+# run before ``\"`` is none of the value's: it and that quote are a quote escaped twice
+# (``\\\"``), or, a level down, the value's own backslash (four) before its string's end
+# (``\"``), and any part of the run taken would leave the rest escaping that quote.
 _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments), or escaped once more
@@ -63,8 +73,10 @@ _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # a colon, an arrow or blanks (``password: ab&cd=ef`` in YAML, ``PASSWORD = …``) no form is
 # read, and the ``&`` is the value's (``_ANY_VALUE``): cut there, its tail went upstream.
 _FORM_KEY = r"[A-Za-z0-9_.%\-\[\]]{1,64}"
-_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
-_ANY_VALUE = r"(?:\\\\(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+_VALUE = (
+    r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
+)
+_ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -76,56 +88,16 @@ def _assigned(blanks: int) -> str:
     return _QUOTE + "?" + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
 
 
-_IDENTIFIER = (
-    r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
-    r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
-    r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
-    r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
-)
-# A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
-# and C#'s (``String?``, optional), Rust's numbers, Pydantic's secrets (``api_key: SecretStr``);
-# none is a password anyone sets.
-_BUILTIN_TYPE = (
-    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
-    r"|[iu](?:8|16|32|64|128|size)|f32|f64|char|secretstr|secretbytes)"
-)
-# A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
-# capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
-# shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
-_GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>)"
-# Other types code writes after a name: TypeScript's operators (``readonly string[]``,
-# ``keyof T``, ``typeof X``), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``), and a
-# name of two capitalised words or more before what ends a type in code (``token: AuthToken;``,
-# ``JwtPayload | null``, ``Token[]``). One at a line's end is a secret: ``SuperSecret`` in a
-# .env cannot be told from a Python annotation's type there.
-_CODE_TYPE = (
-    r"(?-i:(?:readonly|keyof|typeof|unique) [A-Za-z_$]"
-    r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:str|\[|[A-Z])"
-    r"|(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
-)
-# An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
-# ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
-_ANNOTATION = (
-    r"(?:\??"
-    + BLANK
-    + "{0,3}:"
-    + BLANK
-    + "{0,3}"
-    + f"(?:{_BUILTIN_TYPE}|{_GENERIC}|(?-i:(?:[A-Z][a-z]{{1,64}}){{2,16}}))"
-    + r"\??(?="
-    + BLANK
-    + r"{0,3}=(?![=>])))?+"
-)
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
-    r"(?!" + _BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
-    r"(?!" + _GENERIC + "|" + _CODE_TYPE + ")"
+    r"(?!" + BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
+    r"(?!" + GENERIC + TYPE_END + "|" + CODE_TYPE + ")"
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
-    r"(?!" + _IDENTIFIER + r"(?!" + _VALUE + r"|&))"
+    r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
 
@@ -183,11 +155,17 @@ _WHOLE_STRING = (
 )
 
 # A value between quotes escaped twice (``\\\"…\\\"``), to the first such quote: one its
-# own text escapes is escaped thrice (seven backslashes), read as one of its characters.
-_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){7}"|[^"\\\n]|\\[^"\n]){1,500}?)\\\\\\"'
+# own text escapes is escaped thrice (seven backslashes), read as one of its characters. A
+# run of backslashes is read eight at a time (the value's own backslash, escaped), then up to
+# seven before a character (an escape: ``\\\\n``) or seven before a quote: each place has one
+# reading, so a value ending in a backslash (eleven before its quote) ends at its quote, where
+# pairs read from its start took the last seven for an escaped quote and ran on.
+_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1,500}?)\\\\\\"'
 
-# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few.
+# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few,
+# and its port after it (``:443``), if any.
 _HOST = r"(?:[A-Za-z0-9\-]{1,63}\.){0,4}"
+_PORT = r"(?::[0-9]{1,5})?"
 
 
 def _secret_value(block: str) -> str:
@@ -224,12 +202,15 @@ _AUTHORIZATION = "authorization"
 # A key written in words, as a password manager labels a field (``"label": "API Key"``,
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
 _WORDS_KEY = "(?:api|access|auth|private|secret) key"
+# A line's end or a quote escaped as JSON text writes it, or escaped twice (``\\\"``: JSON
+# inside a JSON string inside JSON text, as ``_QUOTE`` reads a key's).
+_ESCAPES = r"(?:\\\\)?\\[nrt\"]"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
-# commas and quotes, bare or escaped as JSON text writes them (a file's lines as strings of
-# an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a brace or a
-# bracket: an entry of the next object is not this one's. A numbered view's line number
+# commas and quotes, bare or escaped as JSON text writes them, once or twice (a file's lines
+# as strings of an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a
+# brace or a bracket: an entry of the next object is not this one's. A numbered view's line number
 # (``_LINE_NUMBER``) after a line's end is one too (``cat -n``, an editor tool's view).
-_BETWEEN = r"(?:[\s,\"'&]|\\[nrt\"]|" + _LINE_NUMBER + r"){1,128}+"
+_BETWEEN = r"(?:[\s,\"'&]|" + _ESCAPES + "|" + _LINE_NUMBER + r"){1,128}+"
 # A short scalar entry between a name and its value (``"Type": "SecureString"``).
 _ENTRY = r"[a-z]{1,32}+" + _assigned(3) + _QUOTE + r"?[a-z0-9_.:/\-]{0,64}+" + _BETWEEN
 # A secret's key whose value is an object, or in YAML the lines under it, holding the secret
@@ -272,9 +253,11 @@ _SIBLING = (
 # next one's name after this one's value), at most two short entries, and a name, key, label
 # or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
 _NAME_AFTER = (
-    r"(?:[ \t\"']|\\[t\"]){0,64}+(?:,|&|"
+    r"(?:[ \t\"']|(?:\\\\)?\\[t\"]){0,64}+(?:,|&|"
     + NL
-    + r")(?:[\s,\"']|\\[nrt\"]|"
+    + r")(?:[\s,\"']|"
+    + _ESCAPES
+    + "|"
     + _LINE_NUMBER
     + r"){0,128}+"
     + f"(?:{_ENTRY}){{0,2}}"
@@ -287,7 +270,7 @@ _NAME_AFTER = (
     + _AUTHORIZATION
     + "|"
     + _WORDS_KEY
-    + r")(?=\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
+    + r")(?=(?:\\\\)?\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
 )
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.
@@ -356,12 +339,19 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # Discord webhook's. Keeps the host and the path's fixed words. Each begins at ``://``,
     # the URL password's literal, the host's labels read after it: a literal of their own
     # would take the scanner past the 64 the automaton reads fastest (``redaction_scan``).
-    # One pattern, so each ``://`` is tried once for all three.
+    # One pattern, so each ``://`` is tried once for all three. A host's name is read in
+    # lowercase only: read in any case, each try at a ``://`` costs half as much again.
     r"://"
     + _HOST
-    + r"(?:telegram\.org/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
-    + r"|slack\.com/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
-    + r"|discord(?:app)?\.com/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
+    + r"(?:telegram\.org"
+    + _PORT
+    + r"/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"|slack\.com"
+    + _PORT
+    + r"/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
+    + r"|discord(?:app)?\.com"
+    + _PORT
+    + r"/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
     + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))",
     # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
     # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
@@ -391,7 +381,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"(?i)(?=[acpst])"
     + KEY_COLUMN
     + _SECRET_KEY
-    + _ANNOTATION
+    + ANNOTATION
     + _assigned(3)
     + _secret_value(KEYED_BLOCK),
 )

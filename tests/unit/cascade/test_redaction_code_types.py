@@ -33,6 +33,8 @@ PATTERNS = compile_patterns(())
         "fn login(password: &str, token: &'a str, secret: &mut [u8]) -> bool",
         "  readonly tokens: readonly string[];\n  secretKey: typeof SECRET_KEY;",
         "type Keys = {\n  token: keyof Tokens;\n}",
+        "  readonly secret: unique symbol;\n  token: keyof typeof TOKENS,",
+        "  apiKeys: readonly [A, B];\n  tokens: readonly Array<Token>[];",
         "    token: Box<dyn Fn() -> String>,",
     ],
 )
@@ -54,6 +56,25 @@ def test_a_type_is_no_secret(text: str) -> None:
         ("DB_PASSWORD=SuperSecret\nUSER=app", f"DB_PASSWORD={REDACTED}\nUSER=app"),
         ("password: Welcome;", f"password: {REDACTED};"),
         ("token: Int64", f"token: {REDACTED}"),
+        # a type's shape at a value's start, then more that no code writes after a type
+        ("password: Abc<x>yz9!", f"password: {REDACTED}<x>yz9!"),
+        ("token: Observable<string>hunter2", f"token: {REDACTED}<string>hunter2"),
+        ("password: &Xk93pq7", f"password: {REDACTED}"),
+        ("secret: &str9x", f"secret: {REDACTED}"),
+        # after ``=`` no type annotates a name: a shell's or a .env's value before ``;`` or ``,``
+        (
+            "export DB_PASSWORD=SuperSecret; ./deploy.sh",
+            f"export DB_PASSWORD={REDACTED}; ./deploy.sh",
+        ),
+        ("API_TOKEN = CorrectHorse,", f"API_TOKEN = {REDACTED},"),
+        # a passphrase's first word that is a TypeScript operator, before no type it takes
+        ("password: unique horse battery", f"password: {REDACTED} horse battery"),
+        ("password: readonly access", f"password: {REDACTED} access"),
+        ("token: typeof x9k!", f"token: {REDACTED} x9k!"),
+        # Rust's and Pydantic's type names are written in one case: another is a word
+        ("password: U8", f"password: {REDACTED}"),
+        ("api_key: Secretstr", f"api_key: {REDACTED}"),
+        ("PASSWORD=F64\n", f"PASSWORD={REDACTED}\n"),
     ],
 )
 def test_a_secret_beside_angle_brackets_is_still_redacted(text: str, kept: str | None) -> None:

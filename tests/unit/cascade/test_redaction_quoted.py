@@ -100,6 +100,63 @@ def test_json_inside_json_strings_loses_its_secrets_and_stays_json(levels: int) 
     assert redact(out, PATTERNS) == (out, 0)
 
 
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("value", ["C:\\keys\\", "\\", 'a\\"b\\\\', 'say "hi"\\'])
+def test_a_value_ending_in_a_backslash_inside_json_strings_ends_at_its_quote(
+    levels: int, value: str
+) -> None:
+    """Three levels down a value's own backslash is four (``\\\\\\\\``), before its closing
+    quote's three: read two at a time from the value's start, the last of them and that
+    quote looked like an escaped quote (seven), the value ran on over ``", "`` to the next
+    key's quote, and the innermost text was JSON no longer."""
+    doc = {"password": value, "user": "admin", "token": "zz9secret"}
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 2 and "zz9secret" not in out
+    assert _unnested(out, levels) == {"password": REDACTED, "user": "admin", "token": REDACTED}
+
+
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize("entry", ["DB_PASSWORD=C:\\keys\\", "token: x9\\\\", 'pwd=a\\"b'])
+def test_an_unquoted_value_before_backslashes_and_a_quote_leaves_json(
+    levels: int, entry: str
+) -> None:
+    """A value ending in a backslash, two levels down, is its own four backslashes before
+    the string's escaped quote (five, then the quote): two of them taken left three, which
+    escape that quote, and the text was JSON no longer. A run of backslashes before a
+    quote is the value's whole or not at all."""
+    doc = {"Env": [entry, "PATH=/usr/bin"], "api_key": "zz9secret"}
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 2 and "zz9secret" not in out
+    env = _unnested(out, levels)["Env"]  # type: ignore[index]
+    assert env[0].startswith(entry.split("=")[0].split(":")[0]) and REDACTED in env[0]
+    assert env[1] == "PATH=/usr/bin"
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+def test_name_value_pairs_inside_json_strings_lose_their_secrets(levels: int) -> None:
+    """A pod's ``env`` as ``kubectl get -o json`` prints it, inside a JSON tool result
+    inside a logged body: three levels down the pairs' quotes are escaped twice, where the
+    entries between a name and its value were not read and the value went upstream."""
+    doc = {
+        "env": [
+            {"name": "DB_PASSWORD", "value": "hunter2xq"},
+            {"value": "s3cr3t-v4lue", "name": "API_TOKEN"},
+            {"name": "Authorization", "value": "Basic aHVudGVyMnhx"},
+        ],
+        "Tags": [{"Key": "api_token", "Value": "t0k3n-v4lue"}],
+    }
+    out, n = redact(_nested(doc, levels), PATTERNS)
+    assert n == 4, out
+    assert _unnested(out, levels) == {
+        "env": [
+            {"name": "DB_PASSWORD", "value": REDACTED},
+            {"value": REDACTED, "name": "API_TOKEN"},
+            {"name": "Authorization", "value": REDACTED},
+        ],
+        "Tags": [{"Key": "api_token", "Value": REDACTED}],
+    }
+
+
 def test_twice_escaped_values_are_read_in_linear_time() -> None:
     """Hostile runs after keys whose quotes are escaped twice: backslashes with no closing
     quote, escaped quotes one short of closing, keys back to back; each 100,000 characters."""

@@ -39,6 +39,10 @@ _DISCORD = "1234567890123456789/" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7" * 2 + "cF0hJ3l
             f"POST https://discord.com/api/webhooks/{_DISCORD}?wait=true",
             f"POST https://discord.com/api/webhooks/{_DISCORD.split('/')[0]}/{REDACTED}?wait=true",
         ),
+        (  # with its port
+            f"https://api.telegram.org:443/bot{_TELEGRAM}/getMe",
+            f"https://api.telegram.org:443/bot{REDACTED}/getMe",
+        ),
         (
             f"https://discordapp.com/api/v10/webhooks/{_DISCORD}",
             f"https://discordapp.com/api/v10/webhooks/{_DISCORD.split('/')[0]}/{REDACTED}",

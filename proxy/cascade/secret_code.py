@@ -1,0 +1,80 @@
+"""What code writes after a secret's name that is no value, as
+:mod:`proxy.cascade.secret_patterns` reads it: a variable's name (:data:`IDENTIFIER`), a
+builtin, generic or other type (:data:`BUILTIN_TYPE`, :data:`GENERIC`, :data:`CODE_TYPE`),
+and an annotation between a key and its ``=`` (:data:`ANNOTATION`). A coding agent reads and
+writes models, interfaces and signatures that name tokens and passwords: redacted, the type's
+name broke the file. A type is read only where code ends it, so a password that merely begins
+with a type's shape is still a secret.
+"""
+
+from __future__ import annotations
+
+from proxy.cascade.secret_blocks import BLANK
+
+__all__ = [
+    "ANNOTATION",
+    "BUILTIN_TYPE",
+    "CODE_TYPE",
+    "GENERIC",
+    "IDENTIFIER",
+    "TYPE_END",
+]
+
+# A variable's name: camelCase, snake_case, CONSTANT_CASE or dotted (``self.password``).
+IDENTIFIER = (
+    r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
+    r"|_{0,2}[a-z]{1,64}(?:[A-Z][a-z]{1,64}){1,16}"
+    r"|_{0,2}[a-z]{1,64}(?:_[a-z]{1,64}){1,16}"
+    r"|[A-Z]{1,64}(?:_[A-Z]{1,64}){1,16})"
+)
+# A builtin type in an annotation: Python's, TypeScript's (``password: string;``), Kotlin's
+# and C#'s (``String?``, optional), Rust's numbers, Pydantic's secrets (``api_key: SecretStr``);
+# none is a password anyone sets. Rust's and Pydantic's are read in their own case only
+# (``U8``, ``Secretstr`` are words).
+BUILTIN_TYPE = (
+    r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
+    r"|(?-i:[iu](?:8|16|32|64|128|size)|f32|f64|char|SecretStr|SecretBytes))"
+)
+# A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
+# capitalised name of letters, ``<``, and type arguments to its ``>``; no password has that
+# shape (``Hunter2<br>`` has a digit, ``abc<def>`` no capital).
+_ARGUMENTS = r"<[A-Za-z_][A-Za-z0-9_.,<>\[\] |?&'():\-]{0,256}>"
+GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}" + _ARGUMENTS + ")"
+# What follows a type in code: a blank, code's punctuation, an optional's ``?``, an array's
+# ``[]``, a line's or a string's end. A type's shape with more after it (``Abc<x>yz9!``,
+# ``&Xk93pq7``) is a secret's start, not a type.
+TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
+# Other types code writes after a name: TypeScript's operators before the type each takes
+# (``readonly string[]``, ``readonly [A, B]``, ``keyof T``, ``typeof X``, ``unique symbol``;
+# ``unique horse`` is a passphrase), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``),
+# and a name of two capitalised words or more before what ends a type in code
+# (``token: AuthToken;``, ``JwtPayload | null``, ``Token[]``), after a colon: after ``=``
+# no type annotates a name (``export DB_PASSWORD=SuperSecret; …`` in a shell). One at a
+# line's end is a secret: ``SuperSecret`` in a .env cannot be told from a Python
+# annotation's type there.
+CODE_TYPE = (
+    r"(?-i:readonly (?:\[|[A-Za-z_$][A-Za-z0-9_$.]{0,63}(?:"
+    + _ARGUMENTS
+    + r")?\[\])"
+    + r"|(?:(?:keyof|typeof) (?:typeof )?[A-Za-z_$][A-Za-z0-9_$.]{0,63}|unique symbol)"
+    + TYPE_END
+    + r"|&(?:'[a-z_]{1,16} |mut ){0,2}(?:\[[A-Za-z0-9_;&' ]{1,64}\]|str|[A-Z][A-Za-z_]{0,63}(?:"
+    + _ARGUMENTS
+    + ")?)"
+    + TYPE_END
+    + r"|(?:(?<=:)|(?<=:[ \t])|(?<=:[ \t]{2})|(?<=:[ \t]{3}))"
+    + r"(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
+)
+# An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
+# ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.
+ANNOTATION = (
+    r"(?:\??"
+    + BLANK
+    + "{0,3}:"
+    + BLANK
+    + "{0,3}"
+    + f"(?:{BUILTIN_TYPE}|{GENERIC}|(?-i:(?:[A-Z][a-z]{{1,64}}){{2,16}}))"
+    + r"\??(?="
+    + BLANK
+    + r"{0,3}=(?![=>])))?+"
+)
