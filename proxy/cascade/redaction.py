@@ -42,6 +42,7 @@ __all__ = [
     "patterns_of",
     "redact",
     "redact_head",
+    "head_reach",
     "REDACT_PAST",
     "REDACT_LONG_PAST",
     "LONG_STARTS",
@@ -156,6 +157,13 @@ REDACT_LONG_PAST = 40_960
 before it: as far as the longest such match reaches."""
 
 
+def head_reach(chars: int) -> int:
+    """The most characters :func:`redact_head` reads of a text for a head of ``chars``: a
+    text cut one character past it is read as the whole text would be (a cut shorter is
+    read as that text's end, where a secret the cut ran through is a part no pattern reads)."""
+    return 2 * (chars + REDACT_LONG_PAST)
+
+
 def redact_head(text: str, chars: int, patterns: Sequence[re.Pattern[str]]) -> str:
     """The first ``chars`` characters of ``text`` redacted. Redacting the cut text would
     leave a secret the cut runs through, a part no pattern reads (an ``sk-…`` key's first
@@ -168,15 +176,16 @@ def redact_head(text: str, chars: int, patterns: Sequence[re.Pattern[str]]) -> s
     part. So the head keeps only what lay that far before the end of what
     was read (each replacement lengthens the text by ``len(REDACTED)`` at most): a text
     that redaction shortened is read once more, further by as much, and a head still short
-    of that (a second reading shortened too) is cut shorter than ``chars``. At most twice
-    as much as the first reading is read: each replacement leaves ``REDACTED``."""
+    of that (a second reading shortened too) is cut shorter than ``chars``. The second
+    reading reads at most twice as much as the first (:func:`head_reach`), and a head it
+    reads too little for is cut shorter as well."""
     if not patterns:
         return text[:chars]
     near = text[: chars + len(LONG_STARTS[0])]
     past = REDACT_LONG_PAST if any(s in near for s in LONG_STARTS) else REDACT_PAST
     read, short = chars + past, 0
     for _ in range(2):
-        read += short
+        read = min(read + short, 2 * (chars + past))
         redacted, count = redact(text[:read], patterns)
         if len(text) <= read:
             return redacted[:chars]

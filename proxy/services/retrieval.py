@@ -36,7 +36,7 @@ from typing import Any
 import asyncpg
 
 from proxy.cascade.commands import is_command_exchange
-from proxy.cascade.redaction import REDACT_LONG_PAST, patterns_of
+from proxy.cascade.redaction import head_reach, patterns_of
 from proxy.cascade.retrieval import (
     Hit,
     RetrievalNeed,
@@ -151,11 +151,11 @@ def _hits(found: list[store.Found], need: RetrievalNeed) -> tuple[tuple[Hit, ...
 def _quotable(message: Any, need: RetrievalNeed) -> str:
     """What a hit's snippet may be cut from: the message's text up to the snippet, the
     character that tells it was cut, and as far past them as its redaction may read
-    (``REDACT_LONG_PAST``: ``hidden_hits`` redacts it before the cut, and a search's rows
-    are not all redacted), and one more, which tells that redaction the text goes on."""
+    (``head_reach``: ``hidden_hits`` redacts it before the cut, and a search's rows are not
+    all redacted), and one more, which tells that redaction the text goes on."""
     if not isinstance(message, dict):
         return ""
-    return message_text(message)[: need.snippet_chars + 1 + REDACT_LONG_PAST + 1]
+    return message_text(message)[: head_reach(need.snippet_chars + 1) + 1]
 
 
 def retrieval_agents(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

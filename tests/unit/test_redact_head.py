@@ -15,6 +15,7 @@ from proxy.cascade.redaction import (
     REDACT_LONG_PAST,
     REDACT_PAST,
     compile_patterns,
+    head_reach,
     redact,
     redact_head,
 )
@@ -99,3 +100,16 @@ def test_each_pattern_that_reads_past_redact_past_begins_with_a_long_start() -> 
             continue
         assert longest <= REDACT_LONG_PAST, source
         assert source.startswith(LONG_STARTS), source
+
+
+def test_a_text_cut_one_past_its_reach_gives_the_head_the_whole_text_gives() -> None:
+    """Secrets that redaction takes more than ``REDACT_LONG_PAST`` characters away send
+    ``redact_head`` to read a second time, further; a caller that cuts the text first (a
+    retrieval hit) keeps ``head_reach`` and one more, which that reading takes for no end."""
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n" * 600
+    lead = "key: " + pem + "-----END PRIVATE KEY-----"
+    lead += "".join(f" Bearer {c * 4000}" for c in "ABCDE") + f" Bearer {'F' * 1207} "
+    text = lead + "x" * (301 + REDACT_LONG_PAST - 22 - len(lead)) + " " + KEY + " was used."
+    head = redact_head(text[: head_reach(301) + 1], 301, PATTERNS)
+    assert "[REDACTED] xxx" in head and KEY[:12] not in head
+    assert head == redact_head(text, 301, PATTERNS)

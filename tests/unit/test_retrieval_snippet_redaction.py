@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.cascade.pipeline import StepInput, assemble, plan_step
-from proxy.cascade.redaction import REDACT_PAST
+from proxy.cascade.redaction import REDACT_LONG_PAST, REDACT_PAST
 from proxy.cascade.types import Budget
 from proxy.config import Config
 from proxy.config_context import ContextConfig
@@ -111,6 +111,26 @@ async def test_a_token_longer_than_redact_past_is_read_whole_for_its_snippet(
     answer, sent = await _recalled(monkeypatch, "the token " + jwt + " expired", 300)
     assert answer["hits"] == 1 and "the token [REDACTED]" in sent
     assert jwt[:12] not in sent
+
+
+async def test_a_hit_read_twice_for_its_snippet_shows_no_part_of_a_key_past_its_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Secrets past a PEM block's start redacted more than ``REDACT_LONG_PAST`` characters
+    away, so ``redact_head`` read the hit a second time, further: past where the hit's text
+    was cut for it (``retrieval._quotable``), which that reading took for the text's end,
+    and the key the cut ran through came into the snippet, a part no pattern reads."""
+    snippet = 300
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n" * 600
+    lead = "key: " + pem + "-----END PRIVATE KEY-----"
+    lead += "".join(f" Bearer {c * 4000}" for c in "ABCDE") + f" Bearer {'F' * 1207} "
+    # the key's first 22 characters lie before the cut, 19 past sk-: one fewer than its
+    # pattern reads; redacted, what comes before it is 250 characters long
+    filler = "x" * (snippet + 1 + REDACT_LONG_PAST + 1 - 22 - 1 - len(lead)) + " "
+    said = lead + filler + KEY + " was used."
+    _, sent = await _recalled(monkeypatch, said, snippet)
+    assert "Bearer [REDACTED] xxx" in sent
+    assert KEY[:12] not in sent, "no part of the secret goes upstream"
 
 
 async def _recalled(
