@@ -204,15 +204,20 @@ async def settle_owed(
     await conn.execute(SETTLE_OWED, tenant, session_id, *span)
 
 
-# The owed promotion is cut at the divergence too, in the same statement (a diverging
-# request costs none more): its positions from there hold other text, which a later
-# compaction folds and promotes; taken over, the old span would promote that text twice.
+# The owed promotion is cut too, in the same statement (a diverging request costs none
+# more), at the boundary of the newest summary left (at or before the divergence): the
+# positions past it are folded again from there, their text before the divergence too, and
+# promoted with that fold; taken over, the old span would promote them twice (and read the
+# other text from the divergence on).
 INVALIDATE_AFTER = """
-WITH owed AS (
-    UPDATE sessions SET promotion_to = CASE WHEN promotion_from < $3 THEN $3 END,
-        promotion_from = CASE WHEN promotion_from < $3 THEN promotion_from END,
-        promotion_due = CASE WHEN promotion_from < $3 THEN promotion_due END
-    WHERE tenant = $1 AND id = $2 AND promotion_to > $3
+WITH kept AS (
+    SELECT coalesce((SELECT boundary FROM summaries WHERE tenant = $1 AND session_id = $2
+        AND invalidated_at IS NULL AND boundary <= $3 ORDER BY version DESC LIMIT 1), 0) AS upto
+), owed AS (
+    UPDATE sessions SET promotion_to = CASE WHEN promotion_from < upto THEN upto END,
+        promotion_from = CASE WHEN promotion_from < upto THEN promotion_from END,
+        promotion_due = CASE WHEN promotion_from < upto THEN promotion_due END
+    FROM kept WHERE tenant = $1 AND id = $2 AND promotion_to > upto
 )
 UPDATE summaries SET invalidated_at = now()
 WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL AND boundary > $3
@@ -221,7 +226,8 @@ WHERE tenant = $1 AND session_id = $2 AND invalidated_at IS NULL AND boundary > 
 
 async def invalidate_after(conn: Executor, *, tenant: str, session_id: str, pos: int) -> None:
     """A history that diverged at ``pos`` invalidates summaries that folded messages past it,
-    and owes no promotion of the positions from ``pos`` on (``INVALIDATE_AFTER``)."""
+    and owes no promotion of the positions the summaries left do not fold
+    (``INVALIDATE_AFTER``): a later compaction folds and promotes them."""
     await conn.execute(INVALIDATE_AFTER, tenant, session_id, pos)
 
 

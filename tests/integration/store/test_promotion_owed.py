@@ -103,12 +103,29 @@ async def test_a_widened_span_is_settled_by_the_two_promotions_that_owe_it(conn:
 
 async def test_a_diverged_history_owes_no_promotion_past_where_it_diverged(conn: Any) -> None:
     await fold(conn, 10, owe_from=2)
-    await summaries.invalidate_after(conn, **KEY, pos=6)  # positions 6.. hold other text now
-    assert await owed(conn) == (2, 6, True)
+    await summaries.invalidate_after(conn, **KEY, pos=10)  # positions 10.. hold other text now
+    assert await owed(conn) == (2, 10, True)  # the summary stands, and what it owes
+    await summaries.invalidate_after(conn, **KEY, pos=6)
+    assert await owed(conn) == (None, None, None)
     await summaries.settle_owed(conn, **KEY, span=(2, 10))  # its own promotion, of the old text
     assert await owed(conn) == (None, None, None)
-    await fold(conn, 10, owe_from=2)
-    await summaries.invalidate_after(conn, **KEY, pos=2)
+    await summaries.invalidate_after(conn, **KEY, pos=0)  # nothing owed: nothing to cut
+    assert await owed(conn) == (None, None, None)
+
+
+async def test_a_diverged_history_owes_nothing_a_later_compaction_folds_again(
+    conn: Any,
+) -> None:
+    """The span of a summary the divergence invalidates is folded again from the last
+    summary left, and promoted then, its text before the divergence too: owed, a takeover
+    asked the fast model for it twice. What the summaries left folded stays owed."""
+    await fold(conn, 6, owe_from=2)
+    await fold(conn, 12, owe_from=6)  # the first one's promotion was cut
+    await summaries.invalidate_after(conn, **KEY, pos=8)
+    assert await owed(conn) == (2, 6, True)
+    await summaries.settle_owed(conn, **KEY, span=(6, 12))  # the second's, of the old text
+    assert await owed(conn) == (2, 6, True)
+    await summaries.settle_owed(conn, **KEY, span=(2, 6))
     assert await owed(conn) == (None, None, None)
 
 
