@@ -45,29 +45,8 @@ async def test_a_snippet_cut_inside_a_secret_shows_none_of_it(
     monkeypatch: pytest.MonkeyPatch, secret: str
 ) -> None:
     said = f"{LEAD}{secret} yesterday."
-    found = [Found(4, "assistant", None, {"role": "assistant", "content": said}, "summarised", 0.9)]
-
-    async def search(conn: Any, **kw: Any) -> list[Found]:
-        return found
-
-    monkeypatch.setattr(retrieval, "embedders_here", _Hub)
-    monkeypatch.setattr(retrieval.store, "search_outside_prompt", search)
-    ctx = ContextConfig.model_validate(
-        {"retrieval": {"enabled": True, "snippetChars": len(LEAD) + 14}}
-    )
-    step = StepInput(
-        window=(system("s"), user("which key did the deploy use?")),
-        system_count=1,
-        summary=None,
-        count=count,
-        budget=Budget(limit=100_000, reserved_output=0, occupancy=10),
-        ctx=ctx,
-        answers={},
-    )
-    need = plan_step(step)["retrieval"]
-    answer = await retrieval.related_messages(need, None, SessionKey("t", "s"))
+    answer, sent = await _recalled(monkeypatch, said, len(LEAD) + 14)
     assert answer["hits"] == 1
-    sent = assemble(step, answers={"retrieval": answer}).messages[-1]["content"]
     assert "[REDACTED]" in sent
     assert secret[:12] not in sent, "no part of the secret goes upstream"
 
