@@ -50,9 +50,16 @@ COMPACTION_EVENTS = (
 """The compaction events of the session ``start_a_background_compaction`` drives."""
 
 
-def compacting_config(tmp_path: Path, upstream_url: str) -> Path:
+def compacting_config(tmp_path: Path, upstream_url: str, promotion: str | None = None) -> Path:
     """A config whose small window makes a session's fifth turn start a background compaction
-    (over ``softFraction``, nowhere near ``hardFraction``), nothing evicted before it."""
+    (over ``softFraction``, nowhere near ``hardFraction``), nothing evicted before it; with
+    ``promotion``, the memory promotion's mode (then the compaction's promotion follows it)."""
+    context: dict[str, object] = {
+        "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
+        "eviction": {"enabled": False},
+    }
+    if promotion is not None:
+        context["memoryPromotion"] = {"mode": promotion}
     return write_config(
         tmp_path / "agents.json",
         upstream_url,
@@ -60,10 +67,7 @@ def compacting_config(tmp_path: Path, upstream_url: str) -> Path:
             "default": {"contextLimit": 4000, "reservedOutput": 500},
             FAST: {"contextLimit": 32000},
         },
-        context={
-            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
-            "eviction": {"enabled": False},
-        },
+        context=context,
     )
 
 

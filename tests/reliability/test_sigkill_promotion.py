@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import FAST, words
+from tests.integration.api.compaction_stack import words
 from tests.integration.api.test_promotion_off_the_path import HeldFacts
 from tests.integration.conftest import column
-from tests.reliability.conftest import Figures, write_config
-from tests.reliability.test_sigkill import SHORT_LEASE, _post
+from tests.reliability.conftest import Figures
+from tests.reliability.test_sigkill import SHORT_LEASE, _post, compacting_config
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,19 +27,7 @@ FACTS = "SELECT fact FROM memory WHERE source_session = 'owed'"
 def _config(tmp_path: Path, upstream_url: str) -> Path:
     """``test_sigkill.compacting_config`` with ``auto`` promotion: a session's fifth turn
     starts a background compaction, then its promotion."""
-    return write_config(
-        tmp_path / "agents.json",
-        upstream_url,
-        models={
-            "default": {"contextLimit": 4000, "reservedOutput": 500},
-            FAST: {"contextLimit": 32000},
-        },
-        context={
-            "summarize": {"softFraction": 0.5, "hardFraction": 0.95, "keepRecent": 4},
-            "eviction": {"enabled": False},
-            "memoryPromotion": {"mode": "auto"},
-        },
-    )
+    return compacting_config(tmp_path, upstream_url, promotion="auto")
 
 
 def _until(what: str, predicate: Any, timeout: float = 15.0) -> Any:

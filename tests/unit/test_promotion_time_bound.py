@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from proxy.config import ModelConfig
 from proxy.services import promotion
 from proxy.store import summaries
+from tests.unit.test_promotion_log import _JOB
 
 
 class _Upstream:
@@ -29,20 +28,6 @@ class _Lent:
 
     async def take(self) -> Any:
         return "conn"
-
-
-_JOB = SimpleNamespace(
-    session_id="s-1",
-    provider=SimpleNamespace(base_url="http://p", name="p"),
-    headers={},
-    query=(),
-    fast_model="fast",
-    fast_limits=ModelConfig(context_limit=128_000),
-    promotion="suggest",
-    tenant="t",
-    memory_scope="global",
-    memory_patterns=(),
-)
 
 
 def test_the_bound_is_under_the_time_a_takeover_waits() -> None:
