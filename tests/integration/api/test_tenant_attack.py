@@ -1,0 +1,206 @@
+"""Tenant isolation, attacked (docs/security.md): a caller holding tenant A's key, who knows
+(or guesses) every id tenant B's session holds — the session id, its tool call's id and
+handle, its fact's id, its suggestion's id, its events' ids — gets from every route the
+answer it gets for ids that were never made, reaches none of B's text, and changes nothing
+of B's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import StartProxy, replied, write_config
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS, history, read_call
+from tests.integration.api.tenant_keys import tenant_auth
+from tests.integration.transcripts import blob
+
+KEY_A = "cascade-key-attacker-7f3a91"
+KEY_B = "cascade-key-victim-2c64e0"
+VICTIM = "victim-session"
+NEVER = "never-made-session"
+SECRET = "victim-only-text-"
+"""Every text of B's carries it: a response of A's that holds it read B's data."""
+
+
+@pytest.fixture(params=["proxy-keys", "pass-through"])
+def clients(
+    request: pytest.FixtureRequest,
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """The attacker's client and the victim's: with proxy keys, tenants ``attacker`` and
+    ``victim``; in pass-through mode, two bearer tokens (each token's hash its tenant)."""
+    keys = {}
+    if request.param == "proxy-keys":
+        keys["auth"] = tenant_auth(monkeypatch, (KEY_A, "attacker"), (KEY_B, "victim"))
+    context = {
+        "toolOutput": {"maxChars": 2000, "persistRaw": True},
+        "eviction": {"enabled": False},
+        "summarize": {"enabled": False},
+    }
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, context=context, **keys)
+    origin = start_proxy(path).origin
+    made = [
+        httpx.Client(base_url=origin, timeout=10, headers={"authorization": f"Bearer {key}"})
+        for key in (KEY_A, KEY_B)
+    ]
+    with made[0], made[1]:
+        yield made[0], made[1]
+
+
+def _chat(http: httpx.Client, sid: str, messages: list[Any], **body: Any) -> httpx.Response:
+    r = http.post(
+        "/v1/chat/completions",
+        headers={"x-session-id": sid},
+        json={"model": "gpt-4o", "messages": messages, **body},
+    )
+    assert r.status_code == 200, r.text
+    replied(http, sid)
+    return r
+
+
+def _victim_session(b: httpx.Client) -> dict[str, Any]:
+    """B's session: a cut tool output (spilled raw, a handle), a fact: what B can read."""
+    _chat(b, VICTIM, history("call_v", blob(9000, SECRET), tag=SECRET), tools=CLIENT_TOOLS)
+    fact = b.post("/v1/memory", json={"scope": "global", "text": f"{SECRET}fact"})
+    assert fact.status_code == 201, fact.text
+    own = b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v")
+    assert own.status_code == 200 and SECRET in own.text, own.text
+    return {"fact": fact.json()["id"], "view": b.get(f"/v1/sessions/{VICTIM}").json()}
+
+
+def _as_never(resp: httpx.Response) -> tuple[int, str]:
+    """The answer with B's id written as the never-made one: equal answers tell nothing."""
+    return resp.status_code, resp.text.replace(VICTIM, NEVER)
+
+
+ROUTES = [
+    ("GET", "/v1/sessions/{sid}", None),
+    ("GET", "/v1/sessions/{sid}/messages", None),
+    ("GET", "/v1/sessions/{sid}/messages?include_superseded=true", None),
+    ("GET", "/v1/sessions/{sid}/tool-outputs/call_v", None),
+    ("GET", "/v1/sessions/{sid}/tool-outputs/call_v@2", None),
+    ("GET", "/v1/sessions/{sid}/tool-outputs/call_v?grep=victim", None),
+    ("GET", "/v1/sessions/{sid}/events", None),
+    ("POST", "/v1/sessions/{sid}/compact", None),
+    ("POST", "/v1/sessions/{sid}/branch", {"id": "stolen-copy"}),
+    ("POST", "/v1/sessions/{sid}/reset", None),
+    ("DELETE", "/v1/sessions/{sid}", None),
+    ("GET", "/v1/memory/suggestions?session_id={sid}", None),
+]
+
+
+def test_every_session_route_answers_another_tenants_id_as_one_never_made(
+    clients: tuple[httpx.Client, httpx.Client],
+) -> None:
+    a, b = clients
+    victim = _victim_session(b)
+    for method, template, body in ROUTES:
+        theirs = a.request(method, template.format(sid=VICTIM), json=body)
+        never = a.request(method, template.format(sid=NEVER), json=body)
+        assert _as_never(theirs) == (never.status_code, never.text), (method, template)
+        assert SECRET not in theirs.text
+        assert theirs.status_code in (200, 404), (template, theirs.text)
+    # nothing A did moved B's session: the same view, its output still there
+    assert b.get(f"/v1/sessions/{VICTIM}").json() == victim["view"]
+    assert SECRET in b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v").text
+    assert b.get("/v1/sessions/stolen-copy").status_code == 404
+    assert a.get("/v1/sessions/stolen-copy").status_code == 404
+
+
+def test_another_tenants_fact_and_suggestion_ids_are_unknown_ids(
+    clients: tuple[httpx.Client, httpx.Client],
+) -> None:
+    a, b = clients
+    victim = _victim_session(b)
+    fact = victim["fact"]
+    never = fact + 1000
+    theirs = a.delete(f"/v1/memory/{fact}")
+    made_up = a.delete(f"/v1/memory/{never}")
+    assert theirs.status_code == made_up.status_code == 404
+    assert theirs.text.replace(str(fact), str(never)) == made_up.text
+    listed = a.get("/v1/memory", params={"scope": "global"})
+    assert listed.status_code == 200 and SECRET not in listed.text
+    assert SECRET not in a.get("/v1/memory/suggestions").text
+    for verb in ("accept", "reject"):
+        r = a.post(f"/v1/memory/suggestions/{fact}/{verb}")
+        assert r.status_code == 404, r.text
+    assert SECRET in b.get("/v1/memory", params={"scope": "global"}).text
+
+
+def test_a_chat_under_another_tenants_session_id_sees_none_of_its_history(
+    clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream
+) -> None:
+    """A's chat under B's session id is A's own session: its prompt carries none of B's
+    messages, and a ``read_tool_output`` of B's handle (the model asking for it in A's
+    session, whatever put the id there) reads A's store, which has no such output."""
+    a, b = clients
+    _victim_session(b)
+    fake_upstream.script(
+        reply("looking", tool_calls=[read_call(id="call_v")]),
+        reply("looking again", tool_calls=[read_call("int_2", id="call_v@2")]),
+        reply("done"),
+    )
+    mine = history("call_a", blob(9000, "attacker-own-"), tag="mine")
+    out = _chat(a, VICTIM, mine, tools=CLIENT_TOOLS)
+    assert SECRET not in out.text
+    sent = fake_upstream.bodies()[-3:]
+    for body in sent:
+        assert SECRET not in str(body["messages"])
+    pages = [
+        m["content"] for m in sent[-1]["messages"] if m.get("tool_call_id") in ("int_1", "int_2")
+    ]
+    assert pages == [
+        f"read_tool_output: no stored output with id {cid!r} in this session"
+        for cid in ("call_v", "call_v@2")
+    ]
+    assert SECRET in b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v").text
+    assert b.get(f"/v1/sessions/{VICTIM}").json()["message_count"] == 4
+
+
+def test_one_session_id_held_by_both_tenants_shows_and_changes_only_the_callers(
+    clients: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """Both tenants hold the id: every read of A's shows A's session alone, and A's
+    reset, branch and delete of it leave B's as it was."""
+    a, b = clients
+    victim = _victim_session(b)
+    _chat(a, VICTIM, history("call_v", blob(9000, "attacker-own-"), tag="mine"), tools=CLIENT_TOOLS)
+    for method, template, _ in ROUTES:
+        if method != "GET" or template.endswith("/events"):
+            continue
+        got = a.request(method, template.format(sid=VICTIM))
+        assert SECRET not in got.text, template
+    listed = a.get("/v1/sessions")
+    assert [s["id"] for s in listed.json()["data"]] == [VICTIM] and SECRET not in listed.text
+    for method, template, body in ROUTES:
+        if method == "GET":
+            continue
+        r = a.request(method, template.format(sid=VICTIM), json=body)
+        assert r.status_code in (200, 404, 409), (template, r.text)
+        assert SECRET not in r.text
+    assert a.get(f"/v1/sessions/{VICTIM}").status_code == 404  # A's own, deleted
+    assert SECRET not in a.get("/v1/sessions/stolen-copy/messages").text
+    assert b.get(f"/v1/sessions/{VICTIM}").json() == victim["view"]
+    assert SECRET in b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v").text
+
+
+def test_metrics_name_no_tenant_session_or_text(
+    clients: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """``/metrics`` (any key opens it without ``metricsKeyEnv``) counts every tenant's
+    requests, but names no tenant, session id or text of theirs."""
+    a, b = clients
+    _victim_session(b)
+    got = a.get("/metrics")
+    assert got.status_code == 200
+    for word in (VICTIM, SECRET, "victim", KEY_B):
+        assert word not in got.text
