@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from proxy.cascade.types import LEADING_ROLES
@@ -28,6 +28,7 @@ __all__ = [
     "derive_session_id",
     "strip_proxy_fields",
     "tenant_from_bearer",
+    "QUERY_KEY_NAMES",
     "bearer_token",
 ]
 
@@ -198,17 +199,28 @@ def bearer_token(authorization: str | None) -> str | None:
     return rest.strip() if scheme.lower() == "bearer" else None
 
 
-def tenant_from_bearer(authorization: str | None) -> str:
+QUERY_KEY_NAMES = frozenset({"key", "api-key", "api_key", "apikey"})
+"""Query parameters a provider takes its key in (``?key=``), compared without case: in
+pass-through mode a client that sends no bearer token but one of these pays the provider
+with it, so it is that client's tenant as a bearer token would be."""
+
+
+def tenant_from_bearer(authorization: str | None, query: Iterable[tuple[str, str]] = ()) -> str:
     """Pass-through tenant: ``t-`` + 24 hex of sha256(bearer token); ``anonymous`` without one.
 
     The token itself is never stored; the hash only scopes data to whoever holds the key.
-    A header without the ``Bearer`` scheme is hashed whole.
+    A header without the ``Bearer`` scheme is hashed whole. Without a token, the first
+    non-empty ``query`` parameter named in :data:`QUERY_KEY_NAMES` is the token (the
+    client's provider key rides there), so clients paying with different keys never share
+    ``anonymous``, and one key is one tenant whichever way it is sent.
     """
-    if authorization is None:
-        return "anonymous"
-    token = bearer_token(authorization)
+    token = "" if authorization is None else bearer_token(authorization)
     if token is None:
-        token = authorization.strip()
+        token = authorization.strip() if authorization is not None else ""
+    if not token:
+        token = next(
+            (v.strip() for n, v in query if n.lower() in QUERY_KEY_NAMES and v.strip()), ""
+        )
     if not token:
         return "anonymous"
     return "t-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:24]

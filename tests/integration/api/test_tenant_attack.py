@@ -204,3 +204,32 @@ def test_metrics_name_no_tenant_session_or_text(
     assert got.status_code == 200
     for word in (VICTIM, SECRET, "victim", KEY_B):
         assert word not in got.text
+
+
+def test_pass_through_clients_whose_key_rides_in_the_query_are_separate_tenants(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Regression: in pass-through mode a client that sends its provider key in the query
+    (``?key=``, as some providers take it) and no bearer token was tenant ``anonymous``,
+    every such client the same one, so each read the others' sessions, outputs and facts.
+    Its key is its tenant as a bearer token is (the same key either way the same tenant)."""
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, context={})
+    origin = start_proxy(path).origin
+    with (
+        httpx.Client(base_url=origin, timeout=10, params={"key": KEY_A}) as a,
+        httpx.Client(base_url=origin, timeout=10, params={"api-key": KEY_B}) as b,
+        httpx.Client(base_url=origin, timeout=10) as anonymous,
+        httpx.Client(
+            base_url=origin, timeout=10, headers={"authorization": f"Bearer {KEY_B}"}
+        ) as bearer,
+    ):
+        _chat(b, VICTIM, [{"role": "user", "content": f"{SECRET}question"}])
+        fact = b.post("/v1/memory", json={"scope": "global", "text": f"{SECRET}fact"})
+        assert fact.status_code == 201, fact.text
+        assert f"api-key={KEY_B}" in fake_upstream.requests[-1].query  # the key pays
+        for other in (a, anonymous):
+            assert other.get(f"/v1/sessions/{VICTIM}").status_code == 404
+            assert SECRET not in other.get("/v1/sessions").text
+            assert SECRET not in other.get("/v1/memory").text
+        assert SECRET in bearer.get(f"/v1/sessions/{VICTIM}/messages").text
+        assert SECRET in b.get("/v1/memory").text
