@@ -26,9 +26,13 @@ VICTIM = "victim-session"
 NEVER = "never-made-session"
 SECRET = "victim-only-text-"
 """Every text of B's carries it: a response of A's that holds it read B's data."""
+AGENTS = {"default": {"provider": "openai"}, "coder": {"provider": "openai"}}
+ATTACKER_MODEL = "coder"
+"""The attacker's requests run agent ``coder`` (the victim's ``default``): a key limited to
+it is refused another agent's session of its own tenant with a 403."""
 
 
-@pytest.fixture(params=["proxy-keys", "pass-through"])
+@pytest.fixture(params=["proxy-keys", "limited-key", "pass-through"])
 def clients(
     request: pytest.FixtureRequest,
     start_proxy: StartProxy,
@@ -37,10 +41,12 @@ def clients(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[httpx.Client, httpx.Client]]:
     """The attacker's client and the victim's: with proxy keys, tenants ``attacker`` and
-    ``victim``; in pass-through mode, two bearer tokens (each token's hash its tenant)."""
-    keys = {}
-    if request.param == "proxy-keys":
-        keys["auth"] = tenant_auth(monkeypatch, (KEY_A, "attacker"), (KEY_B, "victim"))
+    ``victim`` (the attacker's key limited to its agent, ``limited-key``: a 403 is not a
+    404); in pass-through mode, two bearer tokens (each token's hash its tenant)."""
+    keys: dict[str, Any] = {"agents": AGENTS}
+    if request.param != "pass-through":
+        limited = (["coder"],) if request.param == "limited-key" else ()
+        keys["auth"] = tenant_auth(monkeypatch, (KEY_A, "attacker", *limited), (KEY_B, "victim"))
     context = {
         "toolOutput": {"maxChars": 2000, "persistRaw": True},
         "eviction": {"enabled": False},
@@ -56,11 +62,13 @@ def clients(
         yield made[0], made[1]
 
 
-def _chat(http: httpx.Client, sid: str, messages: list[Any], **body: Any) -> httpx.Response:
+def _chat(
+    http: httpx.Client, sid: str, messages: list[Any], model: str = "gpt-4o", **body: Any
+) -> httpx.Response:
     r = http.post(
         "/v1/chat/completions",
         headers={"x-session-id": sid},
-        json={"model": "gpt-4o", "messages": messages, **body},
+        json={"model": model, "messages": messages, **body},
     )
     assert r.status_code == 200, r.text
     replied(http, sid)
@@ -150,7 +158,7 @@ def test_a_chat_under_another_tenants_session_id_sees_none_of_its_history(
         reply("done"),
     )
     mine = history("call_a", blob(9000, "attacker-own-"), tag="mine")
-    out = _chat(a, VICTIM, mine, tools=CLIENT_TOOLS)
+    out = _chat(a, VICTIM, mine, ATTACKER_MODEL, tools=CLIENT_TOOLS)
     assert SECRET not in out.text
     sent = fake_upstream.bodies()[-3:]
     for body in sent:
@@ -173,7 +181,8 @@ def test_one_session_id_held_by_both_tenants_shows_and_changes_only_the_callers(
     reset, branch and delete of it leave B's as it was."""
     a, b = clients
     victim = _victim_session(b)
-    _chat(a, VICTIM, history("call_v", blob(9000, "attacker-own-"), tag="mine"), tools=CLIENT_TOOLS)
+    mine = history("call_v", blob(9000, "attacker-own-"), tag="mine")
+    _chat(a, VICTIM, mine, ATTACKER_MODEL, tools=CLIENT_TOOLS)
     for method, template, _ in ROUTES:
         if method != "GET" or template.endswith("/events"):
             continue
