@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from proxy.cascade.types import LEADING_ROLES
+from proxy.credentials import CREDENTIAL_WORDS
 from proxy.errors import ClientRequestError
 from proxy.jsonio import MAX_FIELD_DEPTH
 
@@ -28,7 +29,7 @@ __all__ = [
     "derive_session_id",
     "strip_proxy_fields",
     "tenant_from_bearer",
-    "QUERY_KEY_NAMES",
+    "query_credential",
     "bearer_token",
 ]
 
@@ -199,28 +200,32 @@ def bearer_token(authorization: str | None) -> str | None:
     return rest.strip() if scheme.lower() == "bearer" else None
 
 
-QUERY_KEY_NAMES = frozenset({"key", "api-key", "api_key", "apikey"})
-"""Query parameters a provider takes its key in (``?key=``), compared without case: in
-pass-through mode a client that sends no bearer token but one of these pays the provider
-with it, so it is that client's tenant as a bearer token would be."""
+_QUERY_CREDENTIAL = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
+"""A query parameter whose name says it holds a credential (``key``, ``api-key``,
+``access_token``, ``sig``; Azure Functions' ``code`` whole), as ``answers.sent_secrets`` and a
+log line read it: the query goes upstream, so a client may pay its provider with one."""
+
+
+def query_credential(query: Iterable[tuple[str, str]]) -> str:
+    """The non-empty values of ``query``'s credential parameters (``_QUERY_CREDENTIAL``), in
+    order, one a line; "" for none."""
+    return "\n".join(v.strip() for n, v in query if _QUERY_CREDENTIAL.search(n) and v.strip())
 
 
 def tenant_from_bearer(authorization: str | None, query: Iterable[tuple[str, str]] = ()) -> str:
     """Pass-through tenant: ``t-`` + 24 hex of sha256(bearer token); ``anonymous`` without one.
 
     The token itself is never stored; the hash only scopes data to whoever holds the key.
-    A header without the ``Bearer`` scheme is hashed whole. Without a token, the first
-    non-empty ``query`` parameter named in :data:`QUERY_KEY_NAMES` is the token (the
-    client's provider key rides there), so clients paying with different keys never share
-    ``anonymous``, and one key is one tenant whichever way it is sent.
+    A header without the ``Bearer`` scheme is hashed whole. Without a token, the token is
+    ``query``'s credential (:func:`query_credential`: the client pays its provider with a key
+    in the query), so clients paying with different keys never share ``anonymous``, and one
+    key is one tenant whichever way it is sent.
     """
     token = "" if authorization is None else bearer_token(authorization)
     if token is None:
         token = authorization.strip() if authorization is not None else ""
     if not token:
-        token = next(
-            (v.strip() for n, v in query if n.lower() in QUERY_KEY_NAMES and v.strip()), ""
-        )
+        token = query_credential(query)
     if not token:
         return "anonymous"
     return "t-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:24]

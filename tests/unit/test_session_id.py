@@ -174,15 +174,20 @@ def test_tenant_from_non_bearer_header_hashes_whole_value() -> None:
 
 
 def test_tenant_from_a_query_key_without_a_bearer_token() -> None:
-    """A provider key in the query is the tenant when no bearer token is sent: the same
-    tenant as that key sent as a bearer, and a bearer token wins over it."""
+    """A credential in the query (a parameter named as one: ``answers.sent_secrets``) is the
+    tenant when no bearer token is sent: the same tenant as that key sent as a bearer, and a
+    bearer token wins over it."""
     by_bearer = tenant_from_bearer("Bearer sk-one")
-    for name in ("key", "API-Key", "api_key", "apikey"):
+    for name in ("key", "API-Key", "api_key", "access_token", "sig", "code"):
         assert tenant_from_bearer(None, [("api-version", "1"), (name, " sk-one ")]) == by_bearer
         assert tenant_from_bearer("Bearer  ", [(name, "sk-one")]) == by_bearer
     assert tenant_from_bearer("Bearer sk-two", [("key", "sk-one")]) != by_bearer
     assert tenant_from_bearer(None, [("key", ""), ("key", "sk-one")]) == by_bearer
-    assert tenant_from_bearer(None, [("api-version", "sk-one"), ("key", "  ")]) == "anonymous"
+    both = tenant_from_bearer(None, [("sig", "sk-one"), ("key", "sk-two")])
+    assert both not in (by_bearer, tenant_from_bearer("Bearer sk-two"), "anonymous")
+    assert tenant_from_bearer(None, [("api-version", "sk-one"), ("country_code", "x")]) == (
+        "anonymous"
+    )
 
 
 def test_named_session_id_is_none_only_when_the_client_names_none() -> None:
