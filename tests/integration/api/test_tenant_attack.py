@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import StartProxy, replied, write_config
+from tests.integration.api.conftest import Records, StartProxy, replied, write_config
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS, history, read_call
 from tests.integration.api.tenant_keys import tenant_auth
 from tests.integration.transcripts import blob
@@ -107,7 +107,7 @@ ROUTES = [
 
 
 def test_every_session_route_answers_another_tenants_id_as_one_never_made(
-    clients: tuple[httpx.Client, httpx.Client],
+    clients: tuple[httpx.Client, httpx.Client], records: Records
 ) -> None:
     a, b = clients
     victim = _victim_session(b)
@@ -122,6 +122,11 @@ def test_every_session_route_answers_another_tenants_id_as_one_never_made(
     assert SECRET in b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v").text
     assert b.get("/v1/sessions/stolen-copy").status_code == 404
     assert a.get("/v1/sessions/stolen-copy").status_code == 404
+    # nor does the log: neither key nor any of B's text
+    logged = "\n".join(f"{r.getMessage()} {vars(r)}" for r in records.records)
+    assert "/v1/sessions" in logged
+    for word in (KEY_A, KEY_B, SECRET):
+        assert word not in logged
 
 
 def test_another_tenants_fact_and_suggestion_ids_are_unknown_ids(
@@ -216,7 +221,7 @@ def test_metrics_name_no_tenant_session_or_text(
 
 
 def test_pass_through_clients_whose_key_rides_in_the_query_are_separate_tenants(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path, records: Records
 ) -> None:
     """Regression: in pass-through mode a client that sends its provider key in the query
     (``?key=``, as some providers take it) and no bearer token was tenant ``anonymous``,
@@ -242,3 +247,5 @@ def test_pass_through_clients_whose_key_rides_in_the_query_are_separate_tenants(
             assert SECRET not in other.get("/v1/memory").text
         assert SECRET in bearer.get(f"/v1/sessions/{VICTIM}/messages").text
         assert SECRET in b.get("/v1/memory").text
+    logged = "\n".join(f"{r.getMessage()} {vars(r)}" for r in records.records)
+    assert "/v1/sessions" in logged and KEY_A not in logged and KEY_B not in logged
