@@ -13,9 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, StartProxy, replied, write_config
+from tests.integration.api.memory_suggestions import suggest
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS, history, read_call
 from tests.integration.api.tenant_keys import tenant_auth
 from tests.integration.transcripts import blob
@@ -130,23 +132,28 @@ def test_every_session_route_answers_another_tenants_id_as_one_never_made(
 
 
 def test_another_tenants_fact_and_suggestion_ids_are_unknown_ids(
-    clients: tuple[httpx.Client, httpx.Client],
+    clients: tuple[httpx.Client, httpx.Client], request: pytest.FixtureRequest, db_dsn: str
 ) -> None:
     a, b = clients
-    victim = _victim_session(b)
-    fact = victim["fact"]
+    fact = _victim_session(b)["fact"]
+    mode = request.node.callspec.params["clients"]
+    tenant = tenant_from_bearer(f"Bearer {KEY_B}") if mode == "pass-through" else "victim"
+    suggest(db_dsn, VICTIM, "victim-suggestion", [f"{SECRET}suggested"], tenant=tenant)
     never = fact + 1000
-    theirs = a.delete(f"/v1/memory/{fact}")
-    made_up = a.delete(f"/v1/memory/{never}")
+    theirs, made_up = a.delete(f"/v1/memory/{fact}"), a.delete(f"/v1/memory/{never}")
     assert theirs.status_code == made_up.status_code == 404
     assert theirs.text.replace(str(fact), str(never)) == made_up.text
-    listed = a.get("/v1/memory", params={"scope": "global"})
-    assert listed.status_code == 200 and SECRET not in listed.text
-    assert SECRET not in a.get("/v1/memory/suggestions").text
     for verb in ("accept", "reject"):
-        r = a.post(f"/v1/memory/suggestions/{fact}/{verb}")
-        assert r.status_code == 404, r.text
+        theirs = a.post(f"/v1/memory/suggestions/victim-suggestion/{verb}")
+        made_up = a.post(f"/v1/memory/suggestions/never-suggested/{verb}")
+        assert theirs.status_code == made_up.status_code == 404
+        assert theirs.text.replace("victim-suggestion", "never-suggested") == made_up.text
+    for path in ("/v1/memory", "/v1/memory/suggestions", "/v1/memory?scope=global"):
+        got = a.get(path)
+        assert got.status_code == 200 and SECRET not in got.text, path
+    # B's are as they were: its fact, and its suggestion still pending
     assert SECRET in b.get("/v1/memory", params={"scope": "global"}).text
+    assert "victim-suggestion" in b.get("/v1/memory/suggestions").text
 
 
 def test_a_chat_under_another_tenants_session_id_sees_none_of_its_history(
