@@ -52,7 +52,7 @@ def clients(
     context = {
         "toolOutput": {"maxChars": 2000, "persistRaw": True},
         "eviction": {"enabled": False},
-        "summarize": {"enabled": False},
+        "summarize": {"softFraction": 0.98, "hardFraction": 0.99, "keepRecent": 2},
     }
     path = write_config(tmp_path / "agents.json", fake_upstream.url, context=context, **keys)
     origin = start_proxy(path).origin
@@ -77,9 +77,17 @@ def _chat(
     return r
 
 
-def _victim_session(b: httpx.Client) -> dict[str, Any]:
-    """B's session: a cut tool output (spilled raw, a handle), a fact: what B can read."""
-    _chat(b, VICTIM, history("call_v", blob(9000, SECRET), tag=SECRET), tools=CLIENT_TOOLS)
+def _victim_session(b: httpx.Client, fake: FakeUpstream) -> dict[str, Any]:
+    """B's session: a cut tool output (spilled raw, a handle), a summary, a fact: what B
+    can read."""
+    messages = history("call_v", blob(9000, SECRET), tag=SECRET)
+    answer = _chat(b, VICTIM, messages, tools=CLIENT_TOOLS).json()["choices"][0]["message"]
+    messages += [answer, {"role": "user", "content": f"{SECRET}next"}]
+    _chat(b, VICTIM, messages, tools=CLIENT_TOOLS)
+    fake.script(reply(f"## Objective\n{SECRET}summary"))
+    compacted = b.post(f"/v1/sessions/{VICTIM}/compact")
+    assert compacted.status_code == 200, compacted.text
+    assert SECRET in b.get(f"/v1/sessions/{VICTIM}").text
     fact = b.post("/v1/memory", json={"scope": "global", "text": f"{SECRET}fact"})
     assert fact.status_code == 201, fact.text
     own = b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v")
@@ -109,10 +117,10 @@ ROUTES = [
 
 
 def test_every_session_route_answers_another_tenants_id_as_one_never_made(
-    clients: tuple[httpx.Client, httpx.Client], records: Records
+    clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream, records: Records
 ) -> None:
     a, b = clients
-    victim = _victim_session(b)
+    victim = _victim_session(b, fake_upstream)
     for method, template, body in ROUTES:
         theirs = a.request(method, template.format(sid=VICTIM), json=body)
         never = a.request(method, template.format(sid=NEVER), json=body)
@@ -132,10 +140,13 @@ def test_every_session_route_answers_another_tenants_id_as_one_never_made(
 
 
 def test_another_tenants_fact_and_suggestion_ids_are_unknown_ids(
-    clients: tuple[httpx.Client, httpx.Client], request: pytest.FixtureRequest, db_dsn: str
+    clients: tuple[httpx.Client, httpx.Client],
+    fake_upstream: FakeUpstream,
+    request: pytest.FixtureRequest,
+    db_dsn: str,
 ) -> None:
     a, b = clients
-    fact = _victim_session(b)["fact"]
+    fact = _victim_session(b, fake_upstream)["fact"]
     mode = request.node.callspec.params["clients"]
     tenant = tenant_from_bearer(f"Bearer {KEY_B}") if mode == "pass-through" else "victim"
     suggest(db_dsn, VICTIM, "victim-suggestion", [f"{SECRET}suggested"], tenant=tenant)
@@ -163,7 +174,7 @@ def test_a_chat_under_another_tenants_session_id_sees_none_of_its_history(
     messages, and a ``read_tool_output`` of B's handle (the model asking for it in A's
     session, whatever put the id there) reads A's store, which has no such output."""
     a, b = clients
-    _victim_session(b)
+    victim = _victim_session(b, fake_upstream)
     fake_upstream.script(
         reply("looking", tool_calls=[read_call(id="call_v")]),
         reply("looking again", tool_calls=[read_call("int_2", id="call_v@2")]),
@@ -183,16 +194,16 @@ def test_a_chat_under_another_tenants_session_id_sees_none_of_its_history(
         for cid in ("call_v", "call_v@2")
     ]
     assert SECRET in b.get(f"/v1/sessions/{VICTIM}/tool-outputs/call_v").text
-    assert b.get(f"/v1/sessions/{VICTIM}").json()["message_count"] == 4
+    assert b.get(f"/v1/sessions/{VICTIM}").json() == victim["view"]
 
 
 def test_one_session_id_held_by_both_tenants_shows_and_changes_only_the_callers(
-    clients: tuple[httpx.Client, httpx.Client],
+    clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream
 ) -> None:
     """Both tenants hold the id: every read of A's shows A's session alone, and A's
     reset, branch and delete of it leave B's as it was."""
     a, b = clients
-    victim = _victim_session(b)
+    victim = _victim_session(b, fake_upstream)
     mine = history("call_v", blob(9000, "attacker-own-"), tag="mine")
     _chat(a, VICTIM, mine, ATTACKER_MODEL, tools=CLIENT_TOOLS)
     for method, template, _ in ROUTES:
@@ -215,12 +226,12 @@ def test_one_session_id_held_by_both_tenants_shows_and_changes_only_the_callers(
 
 
 def test_metrics_name_no_tenant_session_or_text(
-    clients: tuple[httpx.Client, httpx.Client],
+    clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream
 ) -> None:
     """``/metrics`` (any key opens it without ``metricsKeyEnv``) counts every tenant's
     requests, but names no tenant, session id or text of theirs."""
     a, b = clients
-    _victim_session(b)
+    _victim_session(b, fake_upstream)
     got = a.get("/metrics")
     assert got.status_code == 200
     for word in (VICTIM, SECRET, "victim", KEY_B):
