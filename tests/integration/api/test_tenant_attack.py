@@ -6,6 +6,7 @@ of B's."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from proxy.session_id import tenant_from_bearer
-from tests.fakes.replies import reply
+from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import Records, StartProxy, replied, write_config
 from tests.integration.api.memory_suggestions import suggest
@@ -267,3 +268,35 @@ def test_pass_through_clients_whose_key_rides_in_the_query_are_separate_tenants(
         assert SECRET in b.get("/v1/memory").text
     logged = "\n".join(f"{r.getMessage()} {vars(r)}" for r in records.records)
     assert "/v1/sessions" in logged and KEY_A not in logged and KEY_B not in logged
+
+
+@pytest.mark.parametrize("clients", ["proxy-keys"], indirect=True)
+def test_a_request_under_another_tenants_busy_session_id_waits_for_nothing(
+    clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream
+) -> None:
+    """B's request holds its session (the provider has not answered yet); A's under the same
+    id is answered meanwhile, with nothing saying a request of B's was in flight there."""
+    a, b = clients
+    held = Pacer(patience=15, first=True)
+    fake_upstream.script(reply(f"{SECRET}answer", pacer=held))
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"{SECRET}q"}]}
+    hold = threading.Thread(
+        target=b.post,
+        args=("/v1/chat/completions",),
+        kwargs={"json": body, "headers": {"x-session-id": VICTIM}},
+    )
+    hold.start()
+    try:
+        fake_upstream.wait_for_requests(1)
+        mine = a.post(
+            "/v1/chat/completions",
+            headers={"x-session-id": VICTIM},
+            json={"model": ATTACKER_MODEL, "messages": [{"role": "user", "content": "hi"}]},
+            timeout=5,
+        )
+        assert mine.status_code == 200, mine.text
+        assert not held.expired and hold.is_alive()  # B's was held all along
+        assert SECRET not in mine.text and SECRET not in str(dict(mine.headers))
+    finally:
+        held.allow(20)
+        hold.join(10)
