@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.cascade.types import MESSAGE_DELTA_APPENDED, USAGE
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
@@ -21,6 +22,7 @@ from tests.integration.api.conftest import Records, StartProxy, replied, write_c
 from tests.integration.api.memory_suggestions import suggest
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS, history, read_call
 from tests.integration.api.tenant_keys import tenant_auth
+from tests.integration.api.test_events import open_events
 from tests.integration.transcripts import blob
 
 KEY_A = "cascade-key-attacker-7f3a91"
@@ -300,3 +302,36 @@ def test_a_request_under_another_tenants_busy_session_id_waits_for_nothing(
     finally:
         held.allow(20)
         hold.join(10)
+
+
+@pytest.mark.parametrize("clients", ["proxy-keys"], indirect=True)
+def test_a_stream_under_another_tenants_session_id_gets_none_of_its_live_deltas(
+    clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream
+) -> None:
+    """A's event stream on A's session under B's id: B's streamed reply (its transient
+    ``session.message.delta.appended`` frames, which B's own stream gets) and B's persisted
+    events never reach it."""
+    a, b = clients
+    _chat(a, VICTIM, [{"role": "user", "content": "attacker first"}], ATTACKER_MODEL)
+    _chat(b, VICTIM, [{"role": "user", "content": "victim first"}])
+    origin = str(a.base_url).rstrip("/")
+    with (
+        open_events(origin, VICTIM, token=KEY_A) as mine,
+        open_events(origin, VICTIM, token=KEY_B) as theirs,
+    ):
+        mine.until(lambda f: f.event == USAGE)  # the replays of each one's first turn
+        theirs.until(lambda f: f.event == USAGE)
+        fake_upstream.script(reply(f"{SECRET}streamed answer", chunks=1))
+        messages = [{"role": "user", "content": "victim first"}]
+        messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "q"}]
+        body = {"model": "gpt-4o", "stream": True, "messages": messages}
+        with b.stream(
+            "POST", "/v1/chat/completions", json=body, headers={"x-session-id": VICTIM}
+        ) as streamed:
+            assert SECRET in streamed.read().decode()
+        victims = theirs.until(lambda f: f.event == USAGE)
+        assert any(f.event == MESSAGE_DELTA_APPENDED and SECRET in f.raw for f in victims)
+        _chat(a, VICTIM, [{"role": "user", "content": "attacker second"}], ATTACKER_MODEL)
+        live = mine.until(lambda f: f.event == USAGE)
+    assert live and not any(SECRET in f.raw or "streamed answer" in f.raw for f in live)
+    assert not {f.id for f in live if f.id} & {f.id for f in victims if f.id}
