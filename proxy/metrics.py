@@ -206,8 +206,9 @@ class Metrics:
         self.session_wait = Histogram(
             "cascade_session_wait_seconds",
             "Time a request (a chat request, a reset, delete, branch or compact) waited for its "
-            "session: behind the replica's earlier requests on it, or for a lease another "
-            "holds; part of cascade_overhead_seconds.",
+            "session: behind the replica's earlier requests on it, for a lease another "
+            "holds, or for a compaction of it already running; part of "
+            "cascade_overhead_seconds.",
             buckets=_DURATION,
             registry=r,
         )
