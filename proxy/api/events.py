@@ -151,7 +151,8 @@ async def _stream(
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribe first, then replay, so nothing published in between is missed or doubled;
     then say so (``LIVE``). Resumed after ``after`` (a Last-Event-ID), the replay reads from
-    ``floor``, the session's last settled event up to it (``event_cursor.Cursor``).
+    ``floor``, the session's last settled event up to it (``event_cursor.Cursor``); resumed
+    from a resume token, from its mark, ``got`` the ids above it the client has.
 
     Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
     table after the id it had read up to, skipping what it already sent, so an event that was
