@@ -106,7 +106,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = sub.add_parser("serve", help="run the proxy", description="Run the proxy.")
+    serve = sub.add_parser(
+        "serve",
+        help="run the proxy",
+        description="Run the proxy.",
+        epilog="exit status: 0 stopped, 2 a setting to mend (as migrate's, the database's "
+        "too), 3 a port held or a database that did not answer (worth a retry), 130 Ctrl-C, "
+        "143 SIGTERM",
+    )
     serve.add_argument(
         "--host",
         type=arg.host,

@@ -19,6 +19,7 @@ import signal
 import sys
 
 from pydantic import ValidationError
+from uvicorn.config import STARTUP_FAILURE
 
 from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
@@ -33,6 +34,7 @@ from proxy.listen import InsecureListen
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.pgembed import DataDirUnusable, EmbeddedUnavailable, require_embedded, start_embedded
+from proxy.refusals import STARTING
 from proxy.server import serve
 from proxy.settings import Listen, Settings, SettingsError, settings_error
 from proxy.settings_names import unknown_variables
@@ -55,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the command ``args`` names; its exit status. A refused setting or config file is
     one line (``refuse``) and exit status 2, as is a database ``migrate`` cannot migrate or
     log in to; one it cannot reach is 3 (``_database_status``). ``serve`` refuses a database
-    in its start, once it listens: that is one line and uvicorn's failed-start status, 3
-    (``proxy.server.serve``), as is a port held."""
+    in its start, once it listens: that is one line and the status ``migrate`` gives it
+    (``_serve``); a port held is uvicorn's failed-start status, 3 (``proxy.server.serve``)."""
     command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         if args.command not in ("serve", "migrate", "config"):
@@ -142,17 +144,29 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(settings: Settings) -> int:
     """Serve until stopped; uvicorn's own ``timeout_graceful_shutdown`` cancels what still
     runs :data:`~proxy.stopping.STORE_SECONDS` after the stop's grace (a request that is no
-    stream, waiting on its provider), so the stop has a bound whatever runs."""
+    stream, waiting on its provider), so the stop has a bound whatever runs. A start the
+    database refused exits as ``migrate`` does for it: 2 for a setting to mend (a URL
+    asyncpg cannot read, the role, a migration refused), 3 for a database that did not
+    answer, uvicorn's failed-start status."""
     app = create_app(settings)  # configures logging (proxy.logs), uvicorn's loggers included
-    return serve(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=math.ceil(settings.stop_grace_seconds + STORE_SECONDS),
-    )
+    try:
+        status = serve(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=math.ceil(settings.stop_grace_seconds + STORE_SECONDS),
+        )
+    except SystemExit as exc:  # uvicorn's failed start
+        status = exc.code if isinstance(exc.code, int) else 1
+        if status != STARTUP_FAILURE or STARTING.refused is None:
+            raise
+    refused, STARTING.refused = STARTING.refused, None
+    if status != STARTUP_FAILURE or refused is None:
+        return status
+    return _database_status(refused) if isinstance(refused, DatabaseUnavailable) else 2
 
 
 def _migrate(settings: Settings) -> int:

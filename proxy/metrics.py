@@ -33,6 +33,8 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
+    enable_created_metrics,
     generate_latest,
     multiprocess,
 )
@@ -45,6 +47,7 @@ from starlette.responses import Response
 from proxy.settings import SettingsError
 
 __all__ = [
+    "CREATED_ENV",
     "Metrics",
     "MODEL_LABELS",
     "MULTIPROC_ENV",
@@ -57,6 +60,8 @@ __all__ = [
 log = logging.getLogger("cascade.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CREATED_ENV = "PROMETHEUS_DISABLE_CREATED_SERIES"
+"""prometheus-client's own switch for the ``*_created`` series; unset, the proxy turns them off."""
 STAGES = ("truncation", "eviction", "compaction", "overflow")
 """The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
 
@@ -136,10 +141,24 @@ _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 _TOKENS = tuple(4.0**i for i in range(14))
 
 
+def _created_series() -> None:
+    """The ``*_created`` series (a counter's or histogram's creation time, a gauge of its own
+    per label set in the text format) are off unless :data:`CREATED_ENV` says otherwise, as
+    prometheus-client reads it: they double the counters' series for a figure no dashboard
+    here reads, and multiprocess mode never exports them, so both modes export the same
+    names. The switch is the process's (prometheus-client keeps it in a global)."""
+    value = os.environ.get(CREATED_ENV)
+    if value is None or value.lower() in ("true", "1", "t"):
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+    else:
+        enable_created_metrics()  # type: ignore[no-untyped-call]
+
+
 class Metrics:
     """Every metric the proxy exports, registered in a registry of its own."""
 
     def __init__(self, *, multiprocess_dir: str | None = None) -> None:
+        _created_series()
         self.multiprocess_dir = multiprocess_dir
         self.registry = CollectorRegistry(auto_describe=True)
         if multiprocess_dir is None:  # process figures do not sum across workers
@@ -187,8 +206,9 @@ class Metrics:
         self.session_wait = Histogram(
             "cascade_session_wait_seconds",
             "Time a request (a chat request, a reset, delete, branch or compact) waited for its "
-            "session: behind the replica's earlier requests on it, or for a lease another "
-            "holds; part of cascade_overhead_seconds.",
+            "session: behind the replica's earlier requests on it, for a lease another "
+            "holds, or for a compaction of it already running; part of "
+            "cascade_overhead_seconds.",
             buckets=_DURATION,
             registry=r,
         )

@@ -43,6 +43,7 @@ class Starting:
     def __init__(self) -> None:
         self.task: asyncio.Task[object] | None = None
         self.signal: int | None = None
+        self.refused: Exception | None = None  # the last start's refusal, for its exit status
 
     def interrupt(self, sig: int) -> bool:
         """Cancel the start in progress, if one is; whether one was."""
@@ -75,7 +76,7 @@ class StartupRefusals:
             await self.app(scope, receive, send)
             return
         failed: Message | None = None
-        STARTING.task, STARTING.signal = asyncio.current_task(), None
+        STARTING.task, STARTING.signal, STARTING.refused = asyncio.current_task(), None, None
 
         async def hold_failure(message: Message) -> None:
             nonlocal failed
@@ -87,6 +88,7 @@ class StartupRefusals:
         try:
             await self.app(scope, receive, _started(hold_failure))
         except REFUSALS as exc:
+            STARTING.refused = exc
             if failed is not None:
                 log.error("cannot start: %s", exc)
                 failed = {**failed, "message": ""}

@@ -14,7 +14,7 @@ from proxy.api.catch_up import Reads
 from proxy.bus import BusEvent
 from proxy.store import nul
 
-__all__ = ["SETTLE_SECONDS", "Cursor", "frame"]
+__all__ = ["SETTLE_SECONDS", "TOKEN_IDS", "Cursor", "frame"]
 
 
 SETTLE_SECONDS = 10.0
@@ -22,6 +22,11 @@ SETTLE_SECONDS = 10.0
 sequence, and two writers (a request, a background compaction, another replica) can commit
 them out of order, so a stream that moved its mark past id n+1 as soon as it saw it would
 drop id n when n committed a moment later. Every event is written by one short statement."""
+
+
+TOKEN_IDS = 64
+"""The most ids a resume token lists (``Cursor.token``); a stream that sent more above its
+mark names its last event's id alone, as a stream with no gap below it does."""
 
 
 def frame(event: BusEvent) -> dict[str, Any]:
@@ -44,7 +49,9 @@ class Cursor:
     session's last settled event up to it, when given: an id below ``after`` may commit
     after it (two writers), and that one its client cannot have, if the replay does not
     find it. The replay takes the events it finds up to ``after`` unsent (``had``, the
-    client's); one that comes later is sent."""
+    client's); one that comes later is sent. A stream resumed from a resume token
+    (``token``) starts at its mark instead, ``got`` the ids above it the client has: every
+    other event past that mark is sent, one committed since the client's last frame too."""
 
     def __init__(
         self,
@@ -52,13 +59,14 @@ class Cursor:
         created_at: datetime,
         reaches: Callable[[str | None], bool],
         floor: int | None = None,
+        got: frozenset[int] = frozenset(),
     ) -> None:
         self.mark = after if floor is None else min(floor, after)
         self.had = after
         self.replayed = False
         self.created_at = created_at
         self.reaches = reaches
-        self.sent: set[int] = set()
+        self.sent: set[int] = set(got)
         self.held: set[int] = set()  # heard live, held back unsent (``reconnect.last_frames``)
         self.gone = False
         self.ahead: list[BusEvent] = []  # read past a live event's id (``upto``), unsent
@@ -66,6 +74,19 @@ class Cursor:
     def seen(self, event_id: int) -> bool:
         """Whether ``event_id`` was sent already, or never will be (at or below the mark)."""
         return event_id <= self.mark or event_id in self.sent
+
+    def token(self) -> str | None:
+        """The resume token for the client to reconnect with, past what this stream sent
+        (``None``: the highest id sent says it all): the mark, then each id sent above it
+        less the mark, dot-separated. An id between the mark and the highest one sent that
+        the stream has not sent may be one a writer has yet to commit (two writers), which a
+        reconnect's replay with the highest id alone would take for the client's."""
+        if len(self.sent) > TOKEN_IDS:
+            return None
+        above = sorted(i for i in self.sent if i > self.mark)
+        if not above or len(above) > TOKEN_IDS or above[-1] - self.mark == len(above):
+            return None  # none, too many, or no gap: each id up to the highest sent
+        return ".".join([str(self.mark), *(str(i - self.mark) for i in above)])
 
     def take(self, event_id: int) -> bool:
         """True the first time ``event_id`` comes (send it), False after."""

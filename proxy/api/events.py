@@ -147,10 +147,12 @@ async def _stream(
     session: tuple[str, str, datetime],
     after: int,
     floor: int | None = None,
+    got: frozenset[int] = frozenset(),
 ) -> AsyncIterator[dict[str, Any]]:
     """Subscribe first, then replay, so nothing published in between is missed or doubled;
     then say so (``LIVE``). Resumed after ``after`` (a Last-Event-ID), the replay reads from
-    ``floor``, the session's last settled event up to it (``event_cursor.Cursor``).
+    ``floor``, the session's last settled event up to it (``event_cursor.Cursor``); resumed
+    from a resume token, from its mark, ``got`` the ids above it the client has.
 
     Live events come through the bus. Every ``CATCH_UP_SECONDS`` the stream also reads the
     table after the id it had read up to, skipping what it already sent, so an event that was
@@ -182,13 +184,27 @@ async def _stream(
     """
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
-        cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent), floor)
-        async for frame in cursor.catch_up(pool, tenant, session_id):
+        cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent), floor, got)
+        async for frame in _resumable(cursor.catch_up(pool, tenant, session_id), cursor):
             yield frame
         yield LIVE
         with catch_up.sharing(pool, tenant, session_id, created_at, cursor) as reads:
-            async for frame in _live(request, pool, session, queue, cursor, reads):
+            live = _live(request, pool, session, queue, cursor, reads)
+            async for frame in _resumable(live, cursor):
                 yield frame
+
+
+async def _resumable(
+    frames: AsyncIterator[dict[str, Any]], cursor: Cursor
+) -> AsyncIterator[dict[str, Any]]:
+    """``frames``, each persisted event's followed by a frame of the resume token alone when
+    the stream has one (``Cursor.token``): the client's Last-Event-ID, should the stream end
+    there, then says which events below its last one it has, so the reconnect's replay sends
+    one committed after that last frame (two writers), which its id alone would skip."""
+    async for frame in frames:
+        yield frame
+        if "data" in frame and "id" in frame and (token := cursor.token()) is not None:
+            yield {"id": token}
 
 
 async def _live(
@@ -254,23 +270,26 @@ async def _live(
 async def session_events(
     session_id: SessionIdDep, request: Request, pool: PoolDep, bus: BusDep, tenant: TenantDep
 ) -> EventSourceResponse:
-    after = _after(request)
+    after, got = _after(request)
+    top = max(got, default=after)
     found = await store.fetch_resume(
         pool,
         tenant=tenant,
         session_id=session_id,
-        after_id=after,
+        after_id=top,
         settle_seconds=event_cursor.SETTLE_SECONDS,
     )
     if found is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     created_at, last, floor = found
     session = (tenant, session_id, created_at)
-    # an id past every event of the session comes from elsewhere (a restored database, whose
-    # sequence went back): the stream starts after the session's last
-    after = min(after, last)
+    if top > last:
+        # an id past every event of the session comes from elsewhere (a restored database,
+        # whose sequence went back): the stream starts after the session's last
+        after, got = last, frozenset()
+    resumed = (after, None, got) if got else (after, floor, got)  # a token: from its mark
     return EventStream(
-        _stream(request, pool, bus, session, after, floor),
+        _stream(request, pool, bus, session, *resumed),
         sep="\n",
         ping=15,
         send_timeout=SEND_TIMEOUT_SECONDS,

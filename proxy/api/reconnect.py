@@ -62,6 +62,8 @@ class _Cursor(Protocol):
     held: set[int]
     gone: bool
 
+    def token(self) -> str | None: ...
+
 
 async def last_frames(
     cursor: _Cursor, read: Callable[[], AsyncIterator[dict[str, Any]]]
@@ -70,8 +72,9 @@ async def last_frames(
     what a ``read`` past the stream's ``mark`` finds, then :func:`frame` with the ``id`` to
     resume after, the highest sent (the read sent the held ones, after later ones); a read
     that failed leaves the stream's ``mark``, below every event it may not have sent, so
-    the replay sends them, and those sent above it again. None once the read found the
-    session gone: the reconnect says so."""
+    the replay sends them, and those sent above it again. A stream that sent ids above an
+    unsent one names its resume token instead (``event_cursor.Cursor.token``). None once
+    the read found the session gone: the reconnect says so."""
     if not cursor.held:
         yield frame()
         return
@@ -83,5 +86,6 @@ async def last_frames(
     if cursor.gone:
         return
     end = frame()
-    end["id"] = str(cursor.mark if cursor.held else max(cursor.sent, default=cursor.mark))
+    resume = None if cursor.held else cursor.token()
+    end["id"] = resume or str(cursor.mark if cursor.held else max(cursor.sent, default=cursor.mark))
     yield end

@@ -140,9 +140,11 @@ class DurableSummarizer:
         return task is not None and not task.done()
 
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
+        """Wait for the compaction running here on the session, if one is: time the request
+        waited for its session (``requestlog.session_wait``), not the proxy's own."""
         task = self._tasks.get((tenant, session_id))
         if task is not None:
-            with contextlib.suppress(Exception):
+            with requestlog.session_wait(), contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
     async def compact_now(
@@ -161,8 +163,8 @@ class DurableSummarizer:
         with guard():
             await self.wait_inflight(job.tenant, job.session_id)
 
-        async def pause(seconds: float) -> None:
-            with guard():
+        async def pause(seconds: float) -> None:  # another replica's compaction runs
+            with guard(), requestlog.session_wait():
                 await asyncio.sleep(seconds)
 
         return await self._run(job, wait=True, pause=pause)

@@ -19,6 +19,7 @@ from proxy.cli_api import EXIT_UNREACHABLE
 from proxy.pgembed import EmbeddedUnavailable
 from proxy.store.db import DatabaseUnavailable, PoolerMismatch
 from proxy.store.migrations import MigrationError
+from tests.unit.starts import SERVE, run_start
 
 
 class _Embedded:
@@ -363,3 +364,16 @@ def test_help_names_migrates_exit_statuses(capsys: pytest.CaptureFixture[str]) -
     # each setting that exits 2 is named (DataDirUnusable, PoolerMismatch, UnreadableUrl's)
     for setting in ("CASCADE_DATA_DIR", "CASCADE_DB_POOLER", "a certificate"):
         assert setting in out, out
+
+
+def test_serve_exits_as_migrate_does_for_a_url_asyncpg_cannot_read() -> None:
+    """A setting to mend is 2 for both (``serve`` said 3, a database to retry)."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/"),
+        "DATABASE_URL": "postgresql://u@127.0.0.1:1/db?sslmode=bogus",
+    }
+    for command in (SERVE, ["-m", "proxy", "migrate"]):
+        refused = run_start(command, env)
+        assert refused.returncode == 2, refused.stderr
+        assert "sslmode" in refused.stderr

@@ -54,3 +54,18 @@ def test_a_resumed_stream_sends_an_id_below_the_clients_that_its_replay_did_not_
     table.append(4)
     assert asyncio.run(read()) == [4]
     assert asyncio.run(read()) == []
+
+
+def test_a_resume_token_lists_the_ids_sent_above_the_mark_when_one_below_is_not() -> None:
+    cursor = event_cursor.Cursor(10, datetime.now(UTC), lambda agent: True)
+    assert cursor.token() is None  # nothing sent above the mark
+    cursor.take(11)
+    cursor.take(12)
+    assert cursor.token() is None  # no gap: the highest id says it all
+    cursor.take(15)
+    assert cursor.token() == "10.1.2.5"  # 13 and 14 may yet commit
+    for i in range(16, 16 + event_cursor.TOKEN_IDS):
+        cursor.take(i)
+    assert cursor.token() is None  # too many: the highest id alone, as before
+    resumed = event_cursor.Cursor(10, datetime.now(UTC), lambda agent: True, got=frozenset({15}))
+    assert resumed.seen(15) and not resumed.seen(13)

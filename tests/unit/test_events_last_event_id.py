@@ -30,5 +30,16 @@ def test_an_id_of_any_length_past_the_largest_is_the_clients_400(digits: int) ->
 
 
 def test_leading_zeros_still_name_the_id() -> None:
-    assert events._after(_request("0" * 5000 + "42")) == 42
-    assert events._after(_request("0" * 5000)) == 0
+    assert events._after(_request("0" * 5000 + "42")) == (42, frozenset())
+    assert events._after(_request("0" * 5000)) == (0, frozenset())
+
+
+def test_a_resume_token_names_its_mark_and_the_ids_above_it_the_client_has() -> None:
+    assert events._after(_request("40.2.5")) == (40, frozenset({42, 45}))
+    assert events._after(_request(query="last_event_id=40.2")) == (40, frozenset({42}))
+
+
+@pytest.mark.parametrize("value", ["40.", ".2", "40..2", "40.0", "40.-2", "4 0.2", "40.2e3"])
+def test_a_mangled_resume_token_is_the_clients_400(value: str) -> None:
+    with pytest.raises(ClientRequestError):
+        events._after(_request(value))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from proxy.metrics import RESULTS, STAGES, Metrics
+import pytest
+
+from proxy.metrics import CREATED_ENV, RESULTS, STAGES, Metrics
 
 
 def test_compaction_results_and_reclaimed_stages_are_exported_at_zero() -> None:
@@ -49,3 +51,21 @@ def test_a_single_process_exports_the_runtimes_collectors() -> None:
         "python_gc_objects_uncollectable_total",
     ):
         assert name in text, name
+
+
+def test_no_created_series_unless_prometheus_clients_switch_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(CREATED_ENV, raising=False)
+    assert "_created" not in Metrics().render().decode()
+    monkeypatch.setenv(CREATED_ENV, "false")
+    try:
+        assert "cascade_requests_created" in _counted(Metrics())
+    finally:
+        monkeypatch.delenv(CREATED_ENV)
+        Metrics()  # the switch is the process's: back off for the tests after
+
+
+def _counted(metrics: Metrics) -> str:
+    metrics.requests.labels("/v1/models", "GET", "200").inc()
+    return metrics.render().decode()

@@ -79,6 +79,19 @@ export class Composer {
     else drafts.delete(this.view.id);
   }
 
+  // The view read its session, made at `made` (null: a 404, none under the id now). A done
+  // turn of this key's sent when none was known made this one. A turn of a session made at
+  // another moment, or of none now, was the deleted one's: its last event never comes, so it
+  // ends, and no message waits LAST_EVENT_WAIT_MS for it. One still on its way to a session
+  // not known yet stays: it may be making the session.
+  known(made) {
+    if (made !== null) for (const t of this.turns) if (t.made === null && t.done) t.made = made;
+    const stale = (t) => (t.made !== null && t.made !== made) || (made === null && t.done);
+    const gone = this.turns.filter(stale);
+    for (const turn of gone) turn.end();
+    if (gone.length) this.turns = this.turns.filter((t) => !gone.includes(t));
+  }
+
   // The session's turns waiting for their last event (`queues`). Events come after the
   // answers they tell of: a turn ends at the first last event after those of the turns
   // before it.
@@ -258,6 +271,7 @@ export class Composer {
       this.view.ui.handleError(err, closed.aborted
         ? `The message to ${this.view.id} was not answered` : "The message was not answered");
     } finally {
+      turn.done = true;
       answered();
       this.sending = false;
       this.outgoing = null;

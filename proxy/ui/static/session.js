@@ -186,6 +186,7 @@ export class SessionView {
       if (this.abort.signal.aborted) return;
       const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
+      if (session.created_at) this.composer.known(session.created_at);
       this.messages.take(rows);
       if (rows.whole || rows.from !== undefined) this.shownEviction(session);
       this.live.drop(ended);
@@ -204,6 +205,7 @@ export class SessionView {
           if (this.handoff) this.handoff.remove();
         }
         this.session = null;
+        this.composer.known(null); // a turn of the deleted session's ends
         this.messages.clear();
         this.missing = true;
         this.live.drop();

@@ -37,7 +37,8 @@ class Frame:
 
 
 class EventStream:
-    """Reads SSE frames from a streaming httpx response; comments (pings) are skipped.
+    """Reads SSE frames from a streaming httpx response; comments (pings) are skipped, and
+    so is a frame of a resume token alone, kept in ``last_id`` as an SSE client keeps it.
 
     Every read is bounded by the client's read timeout, so a missing event fails the test
     with ``httpx.ReadTimeout`` instead of hanging it.
@@ -46,12 +47,18 @@ class EventStream:
     def __init__(self, resp: httpx.Response) -> None:
         self.resp = resp
         self._lines = resp.iter_lines()
+        self.last_id: str | None = None
 
     def next(self) -> Frame:
         fields: dict[str, list[str]] = {}
         raw: list[str] = []
         for line in self._lines:
             if line == "":
+                if "id" in fields:
+                    self.last_id = fields["id"][-1]
+                if list(fields) == ["id"]:  # a resume token's frame
+                    fields, raw = {}, []
+                    continue
                 if fields:
                     data = "\n".join(fields.get("data", []))
                     return Frame(

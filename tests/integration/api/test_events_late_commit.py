@@ -10,12 +10,14 @@ import threading
 import time
 
 import asyncpg
+import httpx
 import pytest
 
 from proxy.api import events as events_api
 from proxy.settings import Settings
+from tests.integration.api import test_events
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.api.test_events import EventStream, chat, open_events, user
+from tests.integration.api.test_events import EventStream, chat, is_usage, open_events, user
 from tests.integration.conftest import run_sync
 
 INSERT = (
@@ -78,3 +80,41 @@ def test_an_id_below_last_event_id_committed_after_the_reconnect_comes(
         writer.join()
     assert not [line for line in replay if line.startswith("id:")]  # nothing the client has
     assert (got.event, got.id) == ("test.late", str(late))
+
+
+def test_an_id_below_the_last_frames_committed_after_it_comes_on_the_reconnect(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client received ``early`` live while ``late``, its id below, was not committed;
+    the stream ended there, ``late`` committed, and the reconnect's replay finds it: the
+    client's Last-Event-ID (a resume token) says it does not have it."""
+    assert settings.database_url is not None
+    monkeypatch.setattr(test_events, "READ_TIMEOUT", 1.0)
+    chat(proxy.origin, "late-after", [user("u1")])
+    ids: list[int] = []
+    commit = threading.Event()
+    writer = threading.Thread(
+        target=run_sync, args=(_write_late(settings.database_url, "late-after", ids, commit),)
+    )
+    try:
+        with open_events(proxy.origin, "late-after") as events:
+            events.until(is_usage)
+            writer.start()
+            while len(ids) < 2 and writer.is_alive():
+                time.sleep(0.01)
+            late, early = ids
+            events.until(lambda f: f.event == "test.early")
+            with pytest.raises(httpx.ReadTimeout):  # the client's last frame was the one after
+                events.next()
+            last_id = events.last_id
+        commit.set()
+        writer.join()
+        assert last_id is not None
+        with open_events(proxy.origin, "late-after", last_event_id=last_id) as events:
+            replay = _until_live(events)
+    finally:
+        commit.set()
+        if writer.is_alive():
+            writer.join()
+    assert [line for line in replay if line.startswith("id:")][:1] == [f"id: {late}"]
+    assert f"id: {early}" not in replay

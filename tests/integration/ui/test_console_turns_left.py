@@ -9,13 +9,15 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.test_console import api, inject, sign_in
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -85,6 +87,43 @@ def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
     ).wait_for()
     sent = [m["content"] for m in fake_upstream.bodies()[-1]["messages"]]
     assert sent == ["hi", "ok", "one", first, "two"]
+
+
+def test_a_message_in_a_session_made_again_waits_for_no_turn_of_the_deleted_one(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A turn sent, the view left while it streams (its last event comes to no stream), the
+    session deleted and made again under the id: a message in the new session goes at once.
+    It waited five seconds for the deleted session's turn's last event, which never comes."""
+    started(console_proxy, "remade")
+    pacer = Pacer()
+    fake_upstream.script(reply("the first answer " * 4, chunks=4, pacer=pacer))
+    page = sign_in(console, "#/s/remade")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("one")
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(1)
+    page.get_by_test_id("assistant-message").filter(has_text="first").wait_for()
+    page.locator(".brand").click()  # the list: the turn's view is closed
+    page.get_by_test_id("session-row").first.wait_for()
+    pacer.allow(10)
+    with api(console_proxy) as h:
+        deadline = time.monotonic() + 10
+        while h.get("/v1/sessions/remade").json()["message_count"] < 4:
+            assert time.monotonic() < deadline, "the turn's reply was never stored"
+            time.sleep(0.02)
+        assert h.delete("/v1/sessions/remade").status_code in (200, 204)
+    started(console_proxy, "remade")
+    fake_upstream.script(reply("Second answer."))
+    page.go_back()
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill("two")
+    page.get_by_test_id("composer-send").click()
+    page.locator("[data-testid=assistant-message][data-state=done]").filter(
+        has_text="Second answer."
+    ).wait_for(timeout=3000)
+    sent = [m["content"] for m in fake_upstream.bodies()[-1]["messages"]]
+    assert sent == ["hi", "ok", "two"]
 
 
 def test_a_turn_whose_stream_broke_hides_no_other_clients_reply(
