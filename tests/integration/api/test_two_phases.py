@@ -183,7 +183,8 @@ def test_the_turns_blocks_ride_in_the_steps_own_statements(
     assert statements(log) == [steps.BEGIN_STEP, memory.SESSION_FACTS, steps.RECORD_STEP]
     record = [q for q in log.queries if q.query == steps.RECORD_STEP][0]
     kept = json.loads(record.args[13])  # memory's with the step its cap was cut at
-    assert kept == {"memory": {"block": None, "step": 1}, "recitation": None}
+    # recitation's with the digest of the summary its plan was made from ("": none yet)
+    assert kept == {"memory": {"block": None, "step": 1}, "recitation": None, "recitation:of": ""}
     for _ in range(3):
         call = answer["tool_calls"][0]["id"]
         history += [answer, {"role": "tool", "tool_call_id": call, "content": "x"}]
