@@ -249,3 +249,22 @@ def test_a_fact_deleted_mid_turn_leaves_the_prompt_at_the_next_request(
         sent.append(_main_bodies(fake_upstream)[-1]["messages"][0]["content"])
     assert "8443" not in sent[0] and "- The build uses uv\n" in sent[0]
     assert sent[1] == sent[0]
+
+
+def test_one_long_tool_loop_recites_the_plan_of_a_summary_that_lands_mid_turn(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """One user message, then only tool rounds: the turn began without a summary, so
+    without renewal it never recited one; a compaction mid-turn makes the plan from then."""
+    fake_upstream.default = Model(main=_next_call)
+    history: list[Any] = [{"role": "system", "content": "S"}, user("start " + "x" * 400)]
+    for n in range(4):
+        answer = chat(proxy.origin, "one-loop", history)
+        history += [answer, {"role": "tool", "tool_call_id": f"c{n}", "content": "y" * 400}]
+    assert not any(PLAN in json.dumps(b) for b in _main_bodies(fake_upstream))
+    resp = httpx.post(f"{proxy.origin}/v1/sessions/one-loop/compact", headers=HEADERS, timeout=10)
+    assert resp.status_code == 200 and resp.json()["version"] == 1, resp.text
+    for n in range(4, 6):
+        answer = chat(proxy.origin, "one-loop", history)
+        assert _main_bodies(fake_upstream)[-1]["messages"][-1]["content"].endswith(TAIL)
+        history += [answer, {"role": "tool", "tool_call_id": f"c{n}", "content": "z"}]
