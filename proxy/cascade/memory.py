@@ -13,8 +13,8 @@ and a rejection carries a reason a person can act on:
    redacted: ``[REDACTED]`` is not a fact worth remembering, so a fact holding that mark
    (the fast model reads a span redacted, and may quote it) is rejected too;
 4. a fact that reads as an instruction to the model is rejected (:data:`INSTRUCTION_PATTERNS`);
-5. a duplicate of a stored fact of the scope, compared case- and space-insensitively
-   (:func:`fact_key`), is rejected.
+5. a duplicate of a stored fact of the scope, compared case- and space-insensitively and
+   without closing full stops (:func:`fact_key`), is rejected.
 
 Checks 3 to 5 read the fact's compatibility form (NFKC) too: a model reads fullwidth
 ``ｉｇｎｏｒｅ`` or ``＜/memory＞`` as the plain letters, so they must not slip past a
@@ -140,11 +140,25 @@ def read_form(text: str) -> str:
     return unicodedata.normalize("NFKC", visible(text))
 
 
+_FINAL_STOPS = " .\u3002"
+"""A sentence's closing full stops (``.``, ``。``, NFKC's form of ``．`` and ``｡`` and of
+``…``) and the spaces between them (a key's only whitespace is a space): "X" and "X."
+are one fact."""
+
+
 def fact_key(text: str) -> str:
     """The form two facts are compared in: cleaned, in compatibility form, without joiners
     (:data:`~proxy.cascade.invisible.MARKS` kept: the stored keys were made with them),
-    case-folded, whitespace collapsed."""
-    return _compat(_clean(text), marks=True).casefold()
+    case-folded, whitespace collapsed, closing full stops dropped (:data:`_FINAL_STOPS`;
+    a fact of stops alone keeps them, so no key is empty). Migration 0033 has the stored
+    keys made again with this form."""
+    return _cleaned_key(_clean(text))
+
+
+def _cleaned_key(fact: str) -> str:
+    """:func:`fact_key` of a fact already cleaned."""
+    key = _compat(fact, marks=True).casefold()
+    return key.rstrip(_FINAL_STOPS) or key
 
 
 def sanitize_fact(
@@ -195,7 +209,7 @@ def _verdict(
                 f"the fact reads as an instruction to the model "
                 f"({hit.group(0)!r}); state it as a fact instead",
             )
-    if _compat(fact, marks=True).casefold() in keys:
+    if _cleaned_key(fact) in keys:
         return FactVerdict(None, "the same fact is already stored in this scope")
     return FactVerdict(fact)
 

@@ -5,7 +5,9 @@ fulfiller (``services/needs.memory_block``). It is a per-turn stage (``phases.py
 block is fetched at the turn's first step (a new user message) and kept with the turn, and
 every later step of the turn sends the same bytes without reading the facts. So the block
 changes only at a turn boundary, and only when the facts did: the prompt prefix a provider
-caches stays put through an agent's tool loop.
+caches stays put through an agent's tool loop. The one exception is a deleted fact: the
+deletion clears the kept block of the turns that show it (``store.memory.delete_fact``),
+so their next step fetches the block again, without it.
 
 This stage only places the text: appended to the first message when it is a system or
 developer message (a new text part when its content is a list of parts), or, when the

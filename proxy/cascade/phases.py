@@ -9,7 +9,9 @@ and a retried request is the same one.
 ``turn_answers`` gives each enabled per-turn stage (``Stage.per_turn``) its value for this
 step: the one kept for the turn (``StepInput.kept``), or, when the turn has none for it yet
 (its first step, or the stage was switched on mid-turn), the one just fetched or computed,
-which is then kept. A value goes through JSON once on its way in, so the first step places
+which is then kept. A stage whose value follows what it is made from (``Stage.made_of``) is
+given a new one mid-turn when that changed, and the turn keeps the digest beside the value.
+A value goes through JSON once on its way in, so the first step places
 exactly what the later steps read back from the store.
 """
 
@@ -23,7 +25,7 @@ from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.types import Message
 
-__all__ = ["turn_start", "turn_answers", "as_kept"]
+__all__ = ["turn_start", "turn_answers", "as_kept", "made_of_key"]
 
 
 def turn_start(messages: Sequence[Message], prefixes: Sequence[str]) -> int | None:
@@ -52,9 +54,22 @@ def turn_answers(
     for stage in stages:
         if not stage.per_turn:
             continue
-        if stage.name in step.kept:
+        made_of = None if stage.made_of is None else stage.made_of(step)
+        if made_of is not None and step.kept.get(made_of_key(stage)) != made_of:
+            new[made_of_key(stage)] = made_of
+            if made_of_key(stage) not in step.kept and stage.name in step.kept:
+                # kept by a version that noted no digest: noted now, renewed from the next
+                out[stage.name] = step.kept[stage.name]
+                continue
+        elif stage.name in step.kept:
             out[stage.name] = step.kept[stage.name]
             continue
         value = stage.answer(step) if stage.answer is not None else answers.get(stage.name)
         out[stage.name] = new[stage.name] = as_kept(value)
     return out, ({**step.kept, **new} if new else None)
+
+
+def made_of_key(stage: Stage) -> str:
+    """Where the turn keeps the digest of what ``stage``'s value was made from
+    (``Stage.made_of``)."""
+    return f"{stage.name}:of"

@@ -4,9 +4,14 @@ Models attend most to the end of a long prompt. When the latest summary has ``##
 and/or ``## Next Step``, a ``<plan>…</plan>`` block holding them is appended to the last
 message of the upstream prompt, so the agent's goal sits where it is read. It is a per-turn
 stage (``phases.py``): the block is made from the summary at the turn's first step and kept
-with the turn, so it is byte-identical on every step of the turn even when a compaction
-replaces the summary mid-turn; the next user message recites the new plan. It moves with
-the tail, and everything before the tail stays a stable prefix.
+with the turn, so it is byte-identical on every step of the turn, until the next user
+message or a new summary, whichever comes first (``Stage.made_of``). A new summary rewrites
+the head of the prompt (it is folded into the first user message), so no cached prefix
+outlives it and a plan made again then costs nothing more; between summaries the block keeps
+its bytes. So a tool loop that outlives its summary recites the new plan, not the one the
+summary replaced, and a session that is one long tool loop (one user message, or none)
+recites the plan of its first summary. It moves with the tail, and everything before the
+tail stays a stable prefix.
 
 The block is a copy of what the summary at the head of the prompt already says, so it gets
 a small share of the prompt budget (:data:`RECITATION_BUDGET_SHARE`): the overflow guard drops
@@ -31,6 +36,7 @@ form tells. The last message is the client's new text too: a plan in it stays.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from proxy.cascade.briefing import says_nothing, section
@@ -194,10 +200,18 @@ def _turn_plan(step: StepInput) -> str | None:
     return plan_block(step.summary, max_tokens=cap, tokens=tokens)
 
 
+def _summary_digest(step: StepInput) -> str:
+    """What the turn's plan is made from: the summary, as a short digest ("" for none). A
+    new one makes the turn's plan again (module docstring)."""
+    text = step.summary or ""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16] if text else ""
+
+
 RECITATION = Stage(
     "recitation",
     recite,
     enabled=lambda ctx: ctx.recitation.enabled,
     per_turn=True,
     answer=_turn_plan,
+    made_of=_summary_digest,
 )

@@ -90,3 +90,8 @@ class Stage:
     plan: Planner | None = None
     per_turn: bool = False
     answer: Callable[[StepInput], Any] | None = None
+    made_of: Callable[[StepInput], str] | None = None
+    """For a per-turn stage without a plan: a digest of what its value is made from. When
+    it differs from the one kept with the value, the turn's value is made again (the turn,
+    for this stage, ends there), so the kept value follows a change the prompt's head
+    already paid for (recitation: a new summary)."""

@@ -261,14 +261,10 @@ async def _also_carried(conn: Any, job: Any, facts: Sequence[str]) -> tuple[set[
     """The facts the session's prompts carry from beyond its own scope, which promotion
     leaves out as it leaves out the scope's: an agent's sessions carry ``global`` too, so a
     fact it stores is remembered already (the keys of ``facts`` it stores, and the text of
-    its unkeyed facts), and a suggestion of one a pending suggestion for it holds would ask
-    a person about it twice (their text too). Not for ``auto``, which stores without
-    asking: a pending suggestion is in no prompt, and one rejected (the fact the agent's,
-    not every agent's) would leave the fact in no scope. None for ``global`` itself, whose
-    sessions carry no agent's scope."""
+    its unkeyed facts). A fact only a pending suggestion for ``global`` holds is not left
+    out: a pending suggestion is in no prompt, and the two ask different things (every
+    agent's, this agent's), so one rejected would leave the fact in no scope, never asked
+    for the agent's. None for ``global`` itself, whose sessions carry no agent's scope."""
     if job.memory_scope == GLOBAL:
         return set(), []
-    keys, texts = await store.stored_matches(conn, tenant=job.tenant, scope=GLOBAL, texts=facts)
-    if job.promotion != "auto":
-        texts += await store.fetch_pending_facts(conn, tenant=job.tenant, scope=GLOBAL)
-    return keys, texts
+    return await store.stored_matches(conn, tenant=job.tenant, scope=GLOBAL, texts=facts)

@@ -7,6 +7,7 @@ answer. Facts reach :func:`add_facts` only after ``cascade.memory.sanitize_fact`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -173,17 +174,55 @@ async def add_facts(
 async def delete_fact(
     conn: Connection, *, tenant: str, fact_id: int, check: Callable[[str], None]
 ) -> bool:
-    """Delete one fact after ``check`` has seen its scope (it raises to keep the fact);
-    ``False`` when the tenant has no such fact."""
+    """Delete one fact after ``check`` has seen its scope (it raises to keep the fact), and
+    have the turns whose kept ``<memory>`` block shows it make their block again
+    (:func:`_forget_in_turns`); ``False`` when the tenant has no such fact."""
     async with conn.transaction():
-        scope = await conn.fetchval(
-            "SELECT scope FROM memory WHERE tenant = $1 AND id = $2 FOR UPDATE", tenant, fact_id
+        row = await conn.fetchrow(
+            "SELECT scope, fact FROM memory WHERE tenant = $1 AND id = $2 FOR UPDATE",
+            tenant,
+            fact_id,
         )
-        if scope is None:
+        if row is None:
             return False
-        check(scope)
+        check(row["scope"])
         await conn.execute("DELETE FROM memory WHERE tenant = $1 AND id = $2", tenant, fact_id)
+        await _forget_in_turns(conn, tenant, row["scope"], row["fact"])
     return True
+
+
+SHOWING_TURNS = """
+SELECT id, turn_blocks FROM sessions
+WHERE tenant = $1 AND strpos(turn_blocks, '"memory":{') > 0
+  AND ($2 = 'global' OR (agent <> 'default' AND $2 = 'agent:' || agent))
+"""
+FORGET_IN_TURNS = """
+UPDATE sessions s SET turn_blocks = t.blocks
+FROM unnest($2::text[], $3::text[], $4::text[]) AS t(id, was, blocks)
+WHERE s.tenant = $1 AND s.id = t.id AND s.turn_blocks = t.was
+"""
+
+
+async def _forget_in_turns(conn: Connection, tenant: str, scope: str, fact: str) -> None:
+    """Leave the memory block out of what each turn of the scope's sessions keeps when the
+    block shows ``fact``, so the turn's next step reads the facts again and sends the block
+    without it (README Decisions, "A deleted fact"); a turn written meanwhile is left as
+    it is. A turn whose block does not show the fact keeps its bytes."""
+    ids, was, blocks = [], [], []
+    for row in await conn.fetch(SHOWING_TURNS, tenant, scope):
+        try:
+            kept = json.loads(row["turn_blocks"])
+        except ValueError:
+            continue
+        shown = kept.get("memory") if isinstance(kept, dict) else None
+        block = shown.get("block") if isinstance(shown, dict) else None
+        if isinstance(block, str) and fact in block:
+            del kept["memory"]
+            ids.append(row["id"])
+            was.append(row["turn_blocks"])
+            blocks.append(json.dumps(kept, ensure_ascii=True, separators=(",", ":")))
+    if ids:
+        await conn.execute(FORGET_IN_TURNS, tenant, ids, was, blocks)
 
 
 FETCH_PENDING = """

@@ -44,6 +44,7 @@ SHIPPED = {  # version: sha256 of the file, as store.db computes it
     30: "18dfaaaa907d54379e671268d2643087e5a20316f4392fd0b5b5064e754f9539",
     31: "57d17eb173f023b3bc277faeeeaebba8051912c43c7ed2cb48e98a0c4c9c5744",
     32: "8ba6c48a556d3f1fddc2ca0b0b808056fd408ca45f771930182f43937ee8ac5c",
+    33: "b5524e599cf6919f94017e7db668504fc083fc78e8df210266b9e908a8ab4e4f",
 }
 
 

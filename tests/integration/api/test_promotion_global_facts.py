@@ -1,6 +1,8 @@
 """An agent's promotion leaves out the facts ``global`` holds: its sessions' prompts carry
 ``global`` beside the agent's scope, so such a fact was suggested again (a person asked to
-remember what is remembered) or stored a second time (``auto``), in the agent's scope."""
+remember what is remembered) or stored a second time (``auto``), in the agent's scope. A
+fact only a pending suggestion for ``global`` holds is still suggested for the agent's scope:
+the two are different questions, and the first may be rejected."""
 
 from __future__ import annotations
 
@@ -52,8 +54,17 @@ def test_a_fact_global_holds_is_not_promoted_to_an_agents_scope(
         stored = http.get("/v1/memory", params={"scope": "agent:coder"}).json()["data"]
         assert [f["text"] for f in stored] == [NEW]
     else:
+        # the pending suggestion for global is asked of the agent's scope too: a rejection
+        # of one ("not every agent's") is no answer to the other ("this agent's")
         (event,) = _events(db_dsn, "coder-run")
-        assert event["facts"] == [NEW] and event["scope"] == "agent:coder"
+        assert event["facts"] == [NEW, pending] and event["scope"] == "agent:coder"
+        (held,) = _events(db_dsn, "global-run")
+        r = http.post(f"/v1/memory/suggestions/{held['suggestion_id']}/reject")
+        assert r.status_code == 200, r.text
+        r = http.post(f"/v1/memory/suggestions/{event['suggestion_id']}/accept")
+        assert r.status_code == 200, r.text
+        stored = http.get("/v1/memory", params={"scope": "agent:coder"}).json()["data"]
+        assert [f["text"] for f in stored] == [NEW, pending]
 
 
 def _run(http: httpx.Client, sid: str, model: str) -> None:

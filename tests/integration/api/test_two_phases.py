@@ -4,9 +4,10 @@ Per-turn blocks (the ``<memory>`` block, the recitation ``<plan>``) are made whe
 message begins a turn and reused byte for byte on every step of the agent's tool loop that
 follows: each upstream prompt of the loop is a byte-identical prefix of the next, up to the
 new messages, except the plan, which keeps its text and moves to the new tail. A fact added
-mid-turn waits for the next user message; a hot reload that turns recitation off removes
-the plan on the very next request. Keeping the blocks costs no statement: a step of the
-loop is the usual two, the turn's first step reads the facts once more.
+mid-turn waits for the next user message, a fact deleted mid-turn leaves at the next
+request; a hot reload that turns recitation off removes the plan on the very next request.
+Keeping the blocks costs no statement: a step of the loop is the usual two, the turn's first
+step reads the facts once more.
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ def test_the_turns_blocks_ride_in_the_steps_own_statements(
     assert statements(log) == [steps.BEGIN_STEP, memory.SESSION_FACTS, steps.RECORD_STEP]
     record = [q for q in log.queries if q.query == steps.RECORD_STEP][0]
     kept = json.loads(record.args[13])  # memory's with the step its cap was cut at
-    assert kept == {"memory": {"block": None, "step": 1}, "recitation": None}
+    # recitation's with the digest of the summary its plan was made from ("": none yet)
+    assert kept == {"memory": {"block": None, "step": 1}, "recitation": None, "recitation:of": ""}
     for _ in range(3):
         call = answer["tool_calls"][0]["id"]
         history += [answer, {"role": "tool", "tool_call_id": call, "content": "x"}]
@@ -222,3 +224,47 @@ def test_a_suggestion_accepted_through_the_api_is_in_the_next_turns_memory_block
     first = _main_bodies(fake_upstream)[-1]["messages"][0]
     assert first["role"] == "system"
     assert "- The deploy target is eu-west-1\n" in first["content"]
+
+
+def test_a_fact_deleted_mid_turn_leaves_the_prompt_at_the_next_request(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A deletion clears the kept block of the turns that show the fact, so the next step
+    reads the facts again (once) and sends the block without it; the steps after keep
+    those bytes. A turn whose block does not show it is left alone."""
+    fake_upstream.default = Model(main=_next_call)
+    for text in ("The port is 8443", "The build uses uv"):
+        _add_fact(proxy, text)
+    history: list[Any] = [{"role": "system", "content": "S"}, user("start")]
+    answer = chat(proxy.origin, "gone", history)
+    assert "- The port is 8443\n" in _main_bodies(fake_upstream)[-1]["messages"][0]["content"]
+    with httpx.Client(base_url=proxy.origin, headers=HEADERS, timeout=10) as http:
+        facts = http.get("/v1/memory").json()["data"]
+        (port,) = [f["id"] for f in facts if f["text"] == "The port is 8443"]
+        assert http.delete(f"/v1/memory/{port}").status_code == 200
+    sent = []
+    for n in range(2):
+        history += [answer, {"role": "tool", "tool_call_id": f"c{n}", "content": "x"}]
+        answer = chat(proxy.origin, "gone", history)
+        sent.append(_main_bodies(fake_upstream)[-1]["messages"][0]["content"])
+    assert "8443" not in sent[0] and "- The build uses uv\n" in sent[0]
+    assert sent[1] == sent[0]
+
+
+def test_one_long_tool_loop_recites_the_plan_of_a_summary_that_lands_mid_turn(
+    proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """One user message, then only tool rounds: the turn began without a summary, so
+    without renewal it never recited one; a compaction mid-turn makes the plan from then."""
+    fake_upstream.default = Model(main=_next_call)
+    history: list[Any] = [{"role": "system", "content": "S"}, user("start " + "x" * 400)]
+    for n in range(4):
+        answer = chat(proxy.origin, "one-loop", history)
+        history += [answer, {"role": "tool", "tool_call_id": f"c{n}", "content": "y" * 400}]
+    assert not any(PLAN in json.dumps(b) for b in _main_bodies(fake_upstream))
+    resp = httpx.post(f"{proxy.origin}/v1/sessions/one-loop/compact", headers=HEADERS, timeout=10)
+    assert resp.status_code == 200 and resp.json()["version"] == 1, resp.text
+    for n in range(4, 6):
+        answer = chat(proxy.origin, "one-loop", history)
+        assert _main_bodies(fake_upstream)[-1]["messages"][-1]["content"].endswith(TAIL)
+        history += [answer, {"role": "tool", "tool_call_id": f"c{n}", "content": "z"}]

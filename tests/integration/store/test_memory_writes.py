@@ -13,6 +13,7 @@ import asyncpg
 
 from proxy.cascade.memory import fact_key, sanitize_facts
 from proxy.store import memory as store
+from proxy.store.migrations import MIGRATIONS_DIR
 from tests.integration.store.helpers import T
 
 
@@ -123,3 +124,35 @@ async def test_the_start_keys_stored_facts_a_batch_at_a_time(pool: asyncpg.Pool,
     assert [keys[i] for i in (0, 1, 3)] == [fact_key(texts[i]) for i in (0, 1, 3)]
     assert all(k is not None and k.startswith(store.REPEATED) for k in (keys[2], keys[4]))
     assert await store.key_stored_facts(pool) == 0
+
+
+async def test_a_fact_and_its_closing_full_stop_are_one_fact(conn: Any) -> None:
+    assert await _add(conn, ["The build uses uv."]) == ["The build uses uv."]
+    assert await _add(conn, ["the build uses UV", "The build uses uv 。", "Port 1…"]) == ["Port 1…"]
+    assert await _add(conn, ["Port 1"]) == []
+
+
+async def test_0033_keys_the_stored_facts_again_keeping_every_row(
+    pool: asyncpg.Pool, conn: Any
+) -> None:
+    """Keys the earlier form made ("x." and "x" apart) are made again: the older of two
+    facts that are now one keeps the key, the newer gets one of its own, and both rows
+    stay as they were."""
+    texts = ["Port 9000.", "The build uses uv", "port 9000", "The build uses uv."]
+    old = [" ".join(t.split()).casefold() for t in texts]  # the earlier form: stops kept
+    await conn.execute(
+        "INSERT INTO memory (tenant, scope, fact, fact_key) SELECT $1, 'global', f, k"
+        " FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(f, k, o) ORDER BY o",
+        T,
+        texts,
+        old,
+    )
+    await conn.execute((MIGRATIONS_DIR / "0033_memory_fact_key_stops.sql").read_text())
+    assert await _keys(conn) == [None] * 4
+    assert await store.key_stored_facts(pool) == 1
+    keys = await _keys(conn)
+    assert keys[:2] == [fact_key("Port 9000"), fact_key("The build uses uv")]
+    assert all(k is not None and k.startswith(store.REPEATED) for k in keys[2:])
+    rows = await conn.fetch("SELECT fact FROM memory WHERE tenant = $1 ORDER BY id", T)
+    assert [row["fact"] for row in rows] == texts
+    assert await _add(conn, ["PORT 9000 .", "Port 9001."]) == ["Port 9001."]

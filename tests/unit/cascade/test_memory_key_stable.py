@@ -1,7 +1,8 @@
 """``fact_key`` keeps the key of every fact stored before ``cascade.invisible``: the stored
-keys are compared with new ones and never rewritten, so a stored text whose key moved would
-let its duplicate in. The keys are checked against the implementation they were made with,
-copied here as it was (a stored fact is what its ``_clean`` gave)."""
+keys are compared with new ones and rewritten only by a migration that clears them (0033,
+which dropped closing full stops), so a stored text whose key moved otherwise would let its
+duplicate in. The keys are checked against the implementation they were made with, copied
+here as it was, with 0033's one change (a stored fact is what its ``_clean`` gave)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _old_clean(text: str) -> str:
 
 def _old_key(text: str) -> str:
     unjoined = text.replace("\u200c", "").replace("\u200d", "")
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", unjoined)).strip().casefold()
+    key = _SPACE.sub(" ", unicodedata.normalize("NFKC", unjoined)).strip().casefold()
+    return key.rstrip(" .\u3002") or key  # closing full stops: keys made again by 0033
 
 
 _WHITE_CONTROLS = {

@@ -144,6 +144,16 @@ def test_compatibility_forms_do_not_slip_past_the_checks(text: str) -> None:
     assert not sanitize_fact(text, patterns=PATTERNS).ok
 
 
+def test_a_closing_full_stop_makes_no_other_fact() -> None:
+    key = fact_key("The build uses uv")
+    assert fact_key("the build uses UV.") == fact_key("The build uses uv 。") == key
+    assert fact_key("The build uses uv...") == fact_key("The build uses uv…") == key
+    assert fact_key("The build uses uv．") == fact_key("The build uses uv｡") == key
+    assert fact_key("v1.2") != fact_key("v1") and fact_key("...") == "..."
+    assert not sanitize_fact("The build uses uv.", existing=["the build uses uv"]).ok
+    assert sanitize_fact("The build uses uv!", existing=["the build uses uv"]).ok
+
+
 def test_canonically_equal_facts_are_duplicates_and_stored_composed() -> None:
     composed, decomposed = "The café opens at 9", "The cafe\u0301 opens at 9"
     assert sanitize_fact(decomposed).text == composed

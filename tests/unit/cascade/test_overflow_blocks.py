@@ -38,7 +38,12 @@ STAGES = (MEMORY, RETRIEVAL_STAGE, RECITATION, OVERFLOW)
 RELATED = "<related_context>\n" + "r" * 1600 + "\n</related_context>"  # ~400 tokens
 PLAN = "<plan>\n## Next Step\n" + "p" * 400 + "\n</plan>"  # ~100 tokens
 MEMORY_BLOCK = "<memory>\n" + "m" * 400 + "\n</memory>"  # ~100 tokens
-KEPT = {"retrieval": {"block": RELATED, "hits": 1}, "recitation": PLAN, "memory": MEMORY_BLOCK}
+KEPT = {
+    "retrieval": {"block": RELATED, "hits": 1},
+    "recitation": PLAN,
+    "recitation:of": "",  # made with no summary, as the steps here have
+    "memory": MEMORY_BLOCK,
+}
 
 
 def _window(current: int = 1200) -> tuple[dict[str, Any], ...]:

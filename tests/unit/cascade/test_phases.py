@@ -113,6 +113,19 @@ def test_a_pure_per_turn_value_is_computed_once_per_turn() -> None:
     assert len(CALLS) == 1
 
 
+def test_a_value_made_of_something_is_made_again_mid_turn_when_that_changed() -> None:
+    made = replace(PURE, made_of=lambda step: str(step.summary))
+    CALLS.clear()
+    first = assemble(_step(system("s"), user("q")), (made,))
+    assert first.kept == {"pure": "computed from S1", "pure:of": "S1"} and len(CALLS) == 1
+    same = assemble(_step(system("s"), user("q"), assistant("a"), kept=first.kept), (made,))
+    assert same.kept is None and len(CALLS) == 1
+    step = replace(_step(system("s"), user("q"), assistant("a"), kept=first.kept), summary="S2")
+    renewed = assemble(step, (made,))
+    assert renewed.kept == {"pure": "computed from S2", "pure:of": "S2"} and len(CALLS) == 2
+    assert renewed.messages[-1]["content"] == "a <t>computed from S2</t>"
+
+
 def test_a_stage_switched_on_mid_turn_runs_and_joins_what_the_turn_keeps() -> None:
     out = assemble(_step(system("s"), user("q"), kept={"tag": "t"}), (TAG, PURE))
     assert out.kept == {"tag": "t", "pure": "computed from S1"}

@@ -131,17 +131,37 @@ def test_the_stage_places_the_turns_block_not_the_current_summarys() -> None:
     )
 
 
-def test_a_plan_kept_for_the_turn_outlives_a_summary_replaced_mid_turn() -> None:
+def test_a_summary_replaced_mid_turn_renews_the_turns_plan() -> None:
     window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})), tool("c1", "one"))
     first = assemble(_step(window))
-    assert first.kept == {"recitation": PLAN}
-    newer = parse_briefing("## Objective\nx\n## Next Step\nsomething else")
+    assert first.kept is not None and first.kept["recitation"] == PLAN
     later = window + (assistant_calls(("c2", "cat", {})), tool("c2", "two"))
+    same = assemble(replace(_step(later), kept=first.kept))
+    assert same.messages[-1]["content"] == "two\n\n" + PLAN and same.kept is None
+    # a new summary rewrote the head of the prompt: the plan recited is the new one's, once
+    newer = parse_briefing("## Objective\nx\n## Next Step\nsomething else")
     second = assemble(replace(_step(later, summary=newer), kept=first.kept))
-    assert second.messages[-1]["content"] == "two\n\n" + PLAN and second.kept is None
-    # the next user message is a new turn: the plan is made from the summary of then
-    fresh = assemble(_step((*later, assistant("ok"), user("next")), summary=newer))
-    assert fresh.messages[-1]["content"].endswith("## Next Step\nsomething else\n</plan>")
+    renewed = "<plan>\n## Next Step\nsomething else\n</plan>"
+    assert second.messages[-1]["content"] == "two\n\n" + renewed
+    assert PLAN not in str(second.messages) and second.kept is not None
+    third = assemble(replace(_step((*later, tool("c2", "3")), summary=newer), kept=second.kept))
+    assert third.messages[-1]["content"] == "3\n\n" + renewed and third.kept is None
+
+
+def test_one_long_tool_loop_recites_the_plan_of_its_first_summary() -> None:
+    window = (system("task"), user("do"), assistant_calls(("c1", "cat", {})), tool("c1", "one"))
+    first = assemble(_step(window, summary=None))
+    assert first.messages[-1] == tool("c1", "one") and first.kept is not None
+    later = window + (assistant_calls(("c2", "cat", {})), tool("c2", "two"))
+    second = assemble(replace(_step(later), kept=first.kept))
+    assert second.messages[-1]["content"] == "two\n\n" + PLAN
+
+
+def test_a_turn_kept_before_its_summary_was_noted_keeps_its_plan() -> None:
+    window = (system("s"), user("do"), assistant_calls(("c1", "cat", {})), tool("c1", "one"))
+    newer = parse_briefing("## Objective\nx\n## Next Step\nsomething else")
+    out = assemble(replace(_step(window, summary=newer), kept={"recitation": PLAN}))
+    assert out.messages[-1]["content"] == "one\n\n" + PLAN  # noted now, renewed from the next
 
 
 def test_off_by_default_and_a_no_op_without_summary() -> None:

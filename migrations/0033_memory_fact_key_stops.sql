@@ -1,0 +1,12 @@
+-- memory.fact_key made again: the key now drops a fact's closing full stops
+-- (cascade.memory.fact_key), so "X" and "X." are one fact. Keys made by the earlier form
+-- would let such a duplicate in, so every key is cleared and the proxy keys the rows again,
+-- as it keys rows stored before migration 0030 (proxy/store/memory.py): once it starts, in
+-- the background, a batch of one scope per transaction under the scope's lock, and a write
+-- keys its own scope's first. Rows are keyed oldest first, so of two facts that are now one
+-- the older keeps the key and the newer gets one of its own (never a fact's key): no row is
+-- deleted or changed but for its key, and the `<memory>` block lists the pair once, as the
+-- older spells it.
+-- The statement may run again, as a ledger rewound past it runs it: the keys are cleared
+-- again and made again the same way.
+UPDATE memory SET fact_key = NULL WHERE fact_key IS NOT NULL;
