@@ -13,13 +13,7 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.credentials import (
-    CREDENTIAL_WORDS,
-    MIN_SECRET_CHARS,
-    scrub_bytes,
-    scrub_text,
-    secrets_of,
-)
+from proxy.credentials import scrub_bytes, scrub_text, sent_authorization, sent_secrets
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import dumps, loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
@@ -162,35 +156,6 @@ def _character(m: re.Match[bytes]) -> bytes:
         return chr(int(m[3], 16)).encode("utf-8", "surrogatepass")
     high, low = int(m[1], 16), int(m[2], 16)
     return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode()
-
-
-def sent_authorization(request: httpx.Request | None) -> str | None:
-    """The ``Authorization`` a call sent, if any."""
-    sent: str | None = request.headers.get("authorization") if request is not None else None
-    return sent
-
-
-# ``code`` whole: Azure Functions' function key; a name holding it (``country_code``) is none
-_CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
-
-
-def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
-    """The credentials a call sent, as its provider may quote them (``secrets_of``): its
-    ``Authorization``'s, and the value of each query parameter whose name says it holds one
-    (``key``, ``api_key``, ``access_token``, ``sig``, ``code`` …; a client's query goes
-    upstream, and a gateway that takes its key there quotes it back, the URL it was called at
-    included), as sent and percent-encoded. Other parameters (``api-version``) are words an
-    error means."""
-    if request is None:
-        return ()
-    found = list(secrets_of(sent_authorization(request)))
-    url = getattr(request, "url", None)  # a stand-in request may have headers alone
-    for name, value in url.params.multi_items() if url is not None else ():
-        if _CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
-            # as sent, its "+" read as a space by the proxy too, and as the URL spells it
-            for form in {value, value.replace(" ", "+"), str(httpx.QueryParams({"k": value}))[2:]}:
-                found += (form, json.dumps(form)[1:-1])
-    return tuple(sorted(set(found), key=lambda f: (-len(f), f)))
 
 
 def over_cap(

@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import AuthKeyConfig, Config
 from proxy.config_watch import ConfigHolder
+from proxy.credentials import CLIENT_KEY_HEADER
 from proxy.errors import PermissionDenied, Unauthorized, error_body
 from proxy.session_id import bearer_token
 
@@ -262,6 +263,8 @@ class ProxyAuth:
                 return _MISSING
             scope[PROXY_KEY], scope[_JUDGED_UNDER] = key, cfg
             return None
+        # keyless, any key the client sent is its own: one in Azure's ``api-key`` header too
+        token = token or (_header(scope, _CLIENT_KEY) or "").strip().encode("latin-1")
         if self.require_keys:
             return (
                 "this proxy listens on a non-loopback address and its config has no "
@@ -325,6 +328,9 @@ class ProxyAuth:
                     host,
                 )
         return exposed
+
+
+_CLIENT_KEY = CLIENT_KEY_HEADER.encode()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

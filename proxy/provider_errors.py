@@ -26,6 +26,7 @@ import httpx
 
 from proxy import chunk_faults
 from proxy.config import ProviderConfig
+from proxy.credentials import query_key_sent
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout, UpstreamUnavailable
 from proxy.observe_notes import note_bad_answer
 
@@ -232,17 +233,18 @@ def log_relayed(
     status: int,
     how: str = "relayed to the client",
     *,
-    query_key: bool = False,
+    request: httpx.Request | None = None,
 ) -> None:
     """One line for a provider's own error answer, which the proxy relays: who answered and
     with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own errors). Never its
     body, which may quote the request. A 401 or 403 to the proxy's own key (``apiKeyEnv``)
     is at WARNING and names the variable: every tenant's request fails so until the
-    operator fixes it, while the clients, whose keys are fine, cannot. ``query_key``: the
-    call carried a client's key in its query too (``?api-key=``), which may be the one
-    refused, and the line says so."""
+    operator fixes it, while the clients, whose keys are fine, cannot. When the call
+    (``request``) carried a client's key in its query too (``?api-key=``), that key may be
+    the one refused, and the line says so."""
     variable = provider.api_key_env
     if status in (401, 403) and provider.own_key(os.environ):
+        query_key = query_key_sent(request)
         also, whose = "", "that variable's key"
         if query_key:
             also, whose = " and a key the client sent in the query", f"{whose}, or the client's"

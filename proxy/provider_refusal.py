@@ -33,9 +33,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from proxy.answers import sent_authorization, sent_secrets
 from proxy.config import ProviderConfig
-from proxy.credentials import secrets_of
+from proxy.credentials import CLIENT_KEY_HEADER, query_key_sent
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
 from proxy.upstream import basic_auth
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 
     from proxy.answers import Answer, StreamAnswer
 
-__all__ = ["query_key_sent", "relayed"]
+__all__ = ["relayed"]
 
 _QUOTED = 300
 """The most characters of the provider's own words the message quotes."""
@@ -117,8 +116,9 @@ def _is_json(body: bytes) -> bool:
 
 def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
     """Whose credentials the call carried, by where ``Upstream`` takes each from: its
-    ``Authorization`` and a key-named query parameter (``?key=``, Azure's ``?api-key=``),
-    which the client's query brings beside whichever header went, so both are named."""
+    ``Authorization`` (or a client's ``api-key`` header) and a key-named query parameter
+    (``?key=``, Azure's ``?api-key=``), which the client's query brings beside whichever
+    header went, so both are named."""
     header = _header_whose(provider, request)
     in_query = query_key_sent(request)
     if header is None:
@@ -132,26 +132,18 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
 
 
 def _header_whose(provider: ProviderConfig, request: httpx.Request | None) -> str | None:
-    """Whose credential the call's ``Authorization`` was, or None when it had none."""
+    """Whose credential the call's ``Authorization`` (or a client's ``api-key``) was, or
+    None when it had none."""
     if provider.own_key(os.environ):
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
+    if request is not None and request.headers.get(CLIENT_KEY_HEADER):
+        return f"the key the client sent in its {CLIENT_KEY_HEADER} header, which it forwards"
     if not sent:
         return None
     if sent == basic_auth(provider.base_url):
         return "the user and password in its baseUrl"
     return "the key the client sent, which the proxy forwards"
-
-
-def query_key_sent(request: httpx.Request | None) -> bool:
-    """Whether the call carried a credential in its query (a client's ``?api-key=``)."""
-    return bool(_query_secrets(request))
-
-
-def _query_secrets(request: httpx.Request | None) -> tuple[str, ...]:
-    """The credentials the call's query carried (``sent_secrets`` less its header's)."""
-    header = set(secrets_of(sent_authorization(request)))
-    return tuple(s for s in sent_secrets(request) if s not in header)
 
 
 def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:

@@ -28,7 +28,7 @@ from proxy.cascade.types import Message
 from proxy.jsonio import dumps
 from proxy.observe import note_answer
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
-from proxy.provider_refusal import query_key_sent, relayed
+from proxy.provider_refusal import relayed
 from proxy.services import deltas
 from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.internal_rounds import (
@@ -148,8 +148,7 @@ class Forwarder:
                     max_bytes=answers.MAX_ANSWER_BYTES,
                 )
                 if resp.status_code >= 400:
-                    sent = query_key_sent(resp.request)
-                    log_relayed(step.route.provider, resp.status_code, query_key=sent)
+                    log_relayed(step.route.provider, resp.status_code, request=resp.request)
                     await turn.abort(learned(step, resp.status_code, resp.content, messages))
                     body, headers = relayed(
                         step.route.provider, resp, resp.content, response_headers(resp)
@@ -201,8 +200,7 @@ class Forwarder:
                 if resp.status_code >= 400:
                     refused = await read_refusal(resp, step.route.provider)
                     said = await resp.aread()  # as it came (read once): ``learned`` reads it
-                    sent = query_key_sent(resp.request)
-                    log_relayed(step.route.provider, resp.status_code, query_key=sent)
+                    log_relayed(step.route.provider, resp.status_code, request=resp.request)
                 headers = response_headers(resp)
             else:
                 headers = {"content-type": "text/event-stream"}
@@ -265,8 +263,7 @@ class Forwarder:
                     # the body as it came, not the relayed rewrite (``provider_refusal``)
                     said = await resp.aread()
                     calibration = learned(step, refusal.status_code, said, messages)
-                    sent = query_key_sent(resp.request)
-                    refuse(step.route.provider, refusal, opened=client.opened, query_key=sent)
+                    refuse(step.route.provider, refusal, opened=client.opened, request=resp.request)
                 if error is not None:
                     yield client.emit(error)
                     yield sse.DONE
