@@ -151,8 +151,8 @@ def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
     again, since a JSON writer may escape any character of the key (``\\u002B``), which the
     bytes' scrub then misses and parsing spells out. A gateway's own error shape gives its
     words as the message: ``{"error": "…"}``, Azure API Management's ``{"statusCode": 403,
-    "message": "…"}``, FastAPI's ``{"detail": "…"}``. None for one past ``_PEEK``, unparsed
-    (``_is_json``): its head is quoted as text."""
+    "message": "…"}``, FastAPI's ``{"detail": "…"}``, AWS's ``{"Message": "…"}``. None for
+    one past ``_PEEK``, unparsed (``_is_json``): its head is quoted as text."""
     if len(body) > _PEEK:
         return None
     try:
@@ -163,13 +163,15 @@ def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
         return None
     error = data.get("error")
     if not isinstance(error, dict):
-        said = next((v for k in _SAID if isinstance(v := data.get(k), str) and v.strip()), None)
+        named = {k.lower(): v for k, v in data.items() if isinstance(v, str) and v.strip()}
+        said = next((named[k] for k in _SAID if k in named), None)
         return {"message": scrub(said)} if said is not None else None
     return {k: scrub(v) for k, v in error.items() if isinstance(v, str)}
 
 
-_SAID = ("error", "message", "detail")
-"""The keys whose text a gateway's non-OpenAI error says what went wrong in."""
+_SAID = ("error", "message", "detail", "errormessage")
+"""The keys whose text a gateway's non-OpenAI error says what went wrong in, in any case:
+AWS's API Gateway and services write ``{"Message": …}``, its Lambda ``{"errorMessage": …}``."""
 
 
 def _text(error: dict[str, str] | None, key: str) -> str | None:
