@@ -4,6 +4,7 @@ read as it arrives (``StreamAnswer``), and the headers of it that are relayed to
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import AsyncIterator
@@ -124,8 +125,46 @@ def scrub_error(body: bytes, request: httpx.Request | None) -> bytes:
     spells it (``_escapes_scrubbed``): whatever quotes an error (a relayed body, a log line,
     an event) quotes it so."""
     secrets = sent_secrets(request)
+    if secrets and (wide := _wide(body)) is not None:
+        return _wide_scrubbed(body, wide, secrets)
     out = scrub_bytes(body, secrets)
     return _escapes_scrubbed(out, secrets) if secrets and b"\\u" in out else out
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),  # before UTF-16's, which its first two bytes spell
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def _wide(body: bytes) -> tuple[bytes, str] | None:
+    """A UTF-16 or UTF-32 body's byte-order mark (or none) and encoding, by its mark, else
+    by the zero bytes of a JSON text's first characters (RFC 4627's reading, which a
+    client's JSON parser makes); None for any other body. Its bytes spell no key as the
+    header did, one byte per character."""
+    for bom, encoding in _BOMS:
+        if body.startswith(bom):
+            return bom, encoding
+    found = json.detect_encoding(body[:4]) if len(body) >= 4 else "utf-8"
+    return (b"", found) if found.startswith(("utf-16", "utf-32")) else None
+
+
+def _wide_scrubbed(body: bytes, wide: tuple[bytes, str], secrets: tuple[str, ...]) -> bytes:
+    """A UTF-16 or UTF-32 body scrubbed as its text (its JSON escapes too), written back in
+    its own encoding; as it came when it spells none of ``secrets``, or does not decode."""
+    bom, encoding = wide
+    try:
+        text = body[len(bom) :].decode(encoding)
+    except UnicodeDecodeError:
+        return body
+    plain = text.encode("utf-8", "surrogatepass")
+    out = scrub_bytes(plain, secrets)
+    out = _escapes_scrubbed(out, secrets) if b"\\u" in out else out
+    if out == plain:
+        return body
+    return bom + out.decode("utf-8", "surrogatepass").encode(encoding, "surrogatepass")
 
 
 def _escapes_scrubbed(body: bytes, secrets: tuple[str, ...]) -> bytes:
