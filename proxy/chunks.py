@@ -262,24 +262,35 @@ def _text(content: Any) -> str:
 
 
 _FRAMED = ("role", "content", "refusal", "tool_calls")  # each in frames of its own
+_CHOICE_KEYS = frozenset(("index", "message", "finish_reason", "logprobs", "delta"))
 
 
-def _choice_frames(index: int, message: Mapping[str, Any], finish: Any) -> list[dict[str, Any]]:
-    frames: list[dict[str, Any]] = [{"role": message.get("role") or "assistant", "content": ""}]
+def _choice_frames(index: int, choice: Mapping[str, Any]) -> list[dict[str, Any]]:
+    message = choice.get("message") or {}
+    # a content of null (a call's message) stays null, as a stream's first delta has it
+    empty = None if message.get("content") is None else ""
+    frames: list[dict[str, Any]] = [{"role": message.get("role") or "assistant", "content": empty}]
     if own := {k: v for k, v in message.items() if k not in _FRAMED and v is not None}:
         frames.append(own)  # a provider's own fields (``reasoning_content``), in one delta
     if text := _text(message.get("content")):
         frames.append({"content": text})
+    said = len(frames) - 1 if text else -1  # the content frame's place, else the finish's
     if refusal := message.get("refusal"):
         frames.append({"refusal": refusal})
     for k, call in enumerate(message.get("tool_calls") or []):
         fn = call.get("function") or {}
         head = {"index": k, "id": call.get("id"), "type": call.get("type") or "function"}
-        frames.append({"tool_calls": [{**head, "function": {"name": fn.get("name", "")}}]})
+        extra = {n: v for n, v in call.items() if n not in _TOOL_CALL_KEYS and v is not None}
+        frames.append({"tool_calls": [{**extra, **head, "function": {"name": fn.get("name", "")}}]})
         if args := fn.get("arguments"):
             frames.append({"tool_calls": [{"index": k, "function": {"arguments": args}}]})
     choices = [{"index": index, "delta": d, "finish_reason": None} for d in frames]
-    choices.append({"index": index, "delta": {}, "finish_reason": finish})
+    # the choice's own fields (Azure's ``content_filter_results``) ride its finish frame
+    last = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS and v is not None}
+    choices.append({"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")})
+    choices[-1].update(last)
+    if (logprobs := choice.get("logprobs")) is not None:  # with the text they are of
+        choices[said]["logprobs"] = logprobs
     return choices
 
 
@@ -287,10 +298,12 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
     """Encode a ``chat.completion`` as the SSE frames a streaming client expects, then DONE.
 
     Per choice: a role frame, a frame of the message's other fields (a provider's own, as a
-    delta carries them), a content frame, a refusal frame, per tool call a frame with
-    index/id/name then one with its arguments, and a finish frame. With ``include_usage``,
-    every frame carries ``usage: null`` and a final usage-only frame follows, as OpenAI does.
-    Round-trips through ``StreamAccumulator.to_completion``.
+    delta carries them), a content frame (with the choice's ``logprobs``, else the finish
+    frame has them), a refusal frame, per tool call a frame with index/id/name (and the
+    call's own fields, a thought signature) then one with its arguments, and a finish frame
+    (with the choice's own fields). Every frame carries the ``service_tier``, and with
+    ``include_usage`` ``usage: null``, a final usage-only frame following, as OpenAI does.
+    Round-trips through ``StreamAccumulator.to_completion`` (which keeps no ``logprobs``).
     """
     base: dict[str, Any] = {
         "id": completion.get("id"),
@@ -298,13 +311,13 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
         "created": completion.get("created"),
         "model": completion.get("model"),
     }
-    if completion.get("system_fingerprint") is not None:
-        base["system_fingerprint"] = completion["system_fingerprint"]
+    for key in ("system_fingerprint", "service_tier"):
+        if completion.get(key) is not None:
+            base[key] = completion[key]
     frames: list[bytes] = []
     for pos, choice in enumerate(completion.get("choices") or []):
         index = index_of(choice, pos)
-        message = choice.get("message") or {}
-        for c in _choice_frames(index, message, choice.get("finish_reason")):
+        for c in _choice_frames(index, choice):
             chunk = {**base, "choices": [c]}
             if include_usage:
                 chunk["usage"] = None
