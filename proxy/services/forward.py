@@ -1,6 +1,7 @@
 """Forward a prepared step to the provider and relay its answer to the client.
 
-Non-streaming answers are relayed byte for byte; streams event by event (``relay.py``), each
+Non-streaming answers are relayed byte for byte (but one a provider streamed all the same,
+sent as the completion its chunks build); streams event by event (``relay.py``), each
 round's request (``Step.upstream_body``) sent and awaited as ``round_answer.py`` says.
 ``read_tool_output`` calls are answered between rounds, from the store, and the provider is
 called again, up to ``max_internal_rounds`` times; the client never sees those calls
@@ -155,6 +156,7 @@ class Forwarder:
                     )
                     return Response(body, resp.status_code, headers)
                 data = completion(resp, step.route.provider)
+                rewritten = rewritten or chunks.opens_as_events(resp.content)  # streamed
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
@@ -168,10 +170,12 @@ class Forwarder:
                     reply = fold_completion(data, reply, earlier, internal, client_calls)
                     rewritten = True
                 break
-            content = dumps(data) if rewritten else resp.content
+            content, headers = resp.content, response_headers(resp)
+            if rewritten:
+                content, headers = dumps(data), {**headers, "content-type": "application/json"}
             task = BackgroundTask(turn.finish, reply, prompt_tokens)
             # Built in here: until the response exists, nothing else would end the turn.
-            return Response(content, resp.status_code, response_headers(resp), background=task)
+            return Response(content, resp.status_code, headers, background=task)
         except BaseException:
             await turn.abort()
             raise
