@@ -25,6 +25,7 @@ __all__ = [
     "KEEPALIVE",
     "STREAM_HEADERS",
     "BodySplitter",
+    "opening_of",
     "EventSplitter",
     "event_data",
     "parse_chunk",
@@ -118,10 +119,11 @@ class EventSplitter:
 
 class BodySplitter:
     """An ``EventSplitter`` for a body that opens as events. One whose first byte past blank
-    space is ``{`` is a whole JSON answer where a stream belongs (a provider that ignored
-    ``stream``), no event (an SSE line opens with a field's name or ``:``): it is held whole
-    and given by ``flush``, since a pretty-printed one's blank lines end no events. Blank
-    space before the first other byte is held until that byte says which the body is."""
+    space and a byte-order mark (``opening_of``) is ``{`` is a whole JSON answer where a
+    stream belongs (a provider that ignored ``stream``), no event (an SSE line opens with a
+    field's name or ``:``): it is held whole and given by ``flush``, since a pretty-printed
+    one's blank lines end no events. Blank space before the first other byte is held until
+    that byte says which the body is."""
 
     __slots__ = ("_events", "_head", "_whole")
 
@@ -137,7 +139,7 @@ class BodySplitter:
             return []
         if self._head is not None:
             self._head += chunk
-            opening = self._head.lstrip()
+            opening = opening_of(self._head)
             if not opening:
                 return []
             chunk, self._head = bytes(self._head), None
@@ -159,6 +161,12 @@ class BodySplitter:
         if held:
             return bytes(held)
         return self._events.flush()
+
+
+def opening_of(body: bytes | bytearray) -> bytes:
+    """``body`` past its blank space and a UTF-8 byte-order mark (a .NET writer's), which
+    an SSE parser and a JSON parser each skip."""
+    return bytes(body.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip())
 
 
 def _whole_events(chunk: bytes) -> bool:

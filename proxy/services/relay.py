@@ -268,7 +268,8 @@ def _utf8(event: bytes) -> bytes:
 def _json_object(tail: bytes) -> dict[str, Any] | None:
     """The body's unterminated rest as a JSON object, or ``None``: a provider that ignored
     ``stream`` sent a whole completion (relayed as its stream) or an error object there."""
-    if not tail.lstrip().startswith(b"{"):
+    tail = sse.opening_of(tail)  # past blank space and a byte-order mark, as JSON reads it
+    if not tail.startswith(b"{"):
         return None
     try:
         obj = json.loads(tail)

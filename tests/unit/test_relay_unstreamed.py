@@ -90,3 +90,10 @@ async def test_a_whole_completions_logprobs_tier_and_call_fields_go_out_in_its_c
     assert [(c["delta"], c["logprobs"]) for c in carrying] == [({"content": "hi"}, logprobs)]
     assert read[-1]["choices"][0]["content_filter_results"] == {"hate": {"filtered": False}}
     assert _client_view(got)["tool_calls"] == [call]
+
+
+async def test_a_whole_completion_after_a_byte_order_mark_is_read_whole() -> None:
+    body = b"\xef\xbb\xbf" + json.dumps(json.loads(_whole({"content": "hi"})), indent=1).encode()
+    got, out = await relay([body[:2], body[2:]], ClientStream())
+    assert out.error is None and out.unstreamed
+    assert _client_view(got) == {"role": "assistant", "content": "hi"}
