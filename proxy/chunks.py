@@ -292,8 +292,12 @@ def _choice_frames(index: int, choice: Mapping[str, Any]) -> list[dict[str, Any]
         fn = call.get("function") or {}
         head = {"index": k, "id": call.get("id"), "type": call.get("type") or "function"}
         extra = {n: v for n, v in call.items() if n not in _TOOL_CALL_KEYS and v is not None}
-        frames.append({"tool_calls": [{**extra, **head, "function": {"name": fn.get("name", "")}}]})
-        if args := fn.get("arguments"):
+        named: dict[str, Any] = {"name": fn.get("name", "")}
+        args = fn.get("arguments")
+        if args is None or isinstance(args, str):  # as OpenAI's head has it: none is ""
+            named["arguments"] = ""
+        frames.append({"tool_calls": [{**extra, **head, "function": named}]})
+        if args:
             frames.append({"tool_calls": [{"index": k, "function": {"arguments": args}}]})
     choices = [{"index": index, "delta": d, "finish_reason": None} for d in frames]
     # the choice's own fields (Azure's ``content_filter_results``) ride its finish frame
@@ -310,8 +314,9 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
 
     Per choice: a role frame, a frame of the message's other fields (a provider's own, as a
     delta carries them), a content frame (with the choice's ``logprobs``, else the finish
-    frame has them), a refusal frame, per tool call a frame with index/id/name (and the
-    call's own fields, a thought signature) then one with its arguments, and a finish frame
+    frame has them), a refusal frame, per tool call a frame with index/id/name (its text
+    arguments ``""`` there, as OpenAI's, and the call's own fields, a thought signature)
+    then one with its arguments, and a finish frame
     (with the choice's own fields). Every frame carries the ``service_tier``, and with
     ``include_usage`` ``usage: null``, a final usage-only frame following, as OpenAI does.
     Round-trips through ``StreamAccumulator.to_completion`` (which keeps no ``logprobs``).

@@ -272,7 +272,7 @@ def test_completion_to_chunks_tool_call_frames_carry_index_id_name() -> None:
         if (c := parse_chunk(f)) and "tool_calls" in c["choices"][0]["delta"]
     ]
     assert calls == [
-        {"index": 0, "id": "a", "type": "function", "function": {"name": "grep"}},
+        {"index": 0, "id": "a", "type": "function", "function": {"name": "grep", "arguments": ""}},
         {"index": 0, "function": {"arguments": "{}"}},
     ]
 

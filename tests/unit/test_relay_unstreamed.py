@@ -97,3 +97,14 @@ async def test_a_whole_completion_after_a_byte_order_mark_is_read_whole() -> Non
     got, out = await relay([body[:2], body[2:]], ClientStream())
     assert out.error is None and out.unstreamed
     assert _client_view(got) == {"role": "assistant", "content": "hi"}
+
+
+async def test_a_whole_completions_call_without_arguments_has_empty_ones() -> None:
+    """An SDK's stream helper reads a call whose deltas carry no ``arguments`` as None,
+    which ``json.loads`` refuses: the head carries ``""``, as OpenAI's does."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    body = _whole({"content": None, "tool_calls": [call]}, "tool_calls").encode()
+    got, _ = await relay([body], ClientStream())
+    heads = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks(got)[1:2]]
+    assert heads == [{"index": 0, **call}]
+    assert _client_view(got)["tool_calls"] == [call]
