@@ -168,10 +168,9 @@ class Upstream:
                 )
             headers["authorization"] = f"Bearer {key}"
         else:  # the client's own key, in the header it came in (``credentials``)
-            for name in _CLIENT_KEY_HEADERS:
-                if value := client_headers.get(name):
-                    headers[name] = value
-            if len(headers) > 1:
+            keys = {n: v for n in _CLIENT_KEY_HEADERS if (v := client_headers.get(n))}
+            headers.update(keys)
+            if keys:  # the organisation and project are the client's key's
                 for name in OWN_KEY_HEADERS:
                     if value := client_headers.get(name):
                         headers[name] = value
