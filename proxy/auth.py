@@ -100,6 +100,10 @@ OPERATIONAL_PATHS = frozenset(
 """Need a proxy key when there are keys, but no bearer in pass-through mode."""
 
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
+_IN_API_KEY = (
+    "; an api-key header holds no proxy key (AzureOpenAI sends one: give it the proxy key "
+    "as azure_ad_token, or use the OpenAI client)"
+)
 _REVOKED = (
     "this proxy key was removed from the config (or given to another tenant) while the "
     "request waited for its session or its compaction; nothing was sent or compacted for it"
@@ -259,8 +263,8 @@ class ProxyAuth:
             )
         if cfg.auth.keys:
             key = match_key(token, cfg, self.env)
-            if key is None:
-                return _MISSING
+            if key is None:  # an AzureOpenAI client sends its key where no proxy key goes
+                return _MISSING + (_IN_API_KEY if _header(scope, _CLIENT_KEY) else "")
             scope[PROXY_KEY], scope[_JUDGED_UNDER] = key, cfg
             return None
         # keyless, any key the client sent is its own: one in Azure's ``api-key`` header too
