@@ -4,6 +4,7 @@ read as it arrives (``StreamAnswer``), and the headers of it that are relayed to
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import AsyncIterator
@@ -13,13 +14,7 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.credentials import (
-    CREDENTIAL_WORDS,
-    MIN_SECRET_CHARS,
-    scrub_bytes,
-    scrub_text,
-    secrets_of,
-)
+from proxy.credentials import scrub_bytes, scrub_text, sent_authorization, sent_secrets
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import dumps, loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
@@ -130,8 +125,46 @@ def scrub_error(body: bytes, request: httpx.Request | None) -> bytes:
     spells it (``_escapes_scrubbed``): whatever quotes an error (a relayed body, a log line,
     an event) quotes it so."""
     secrets = sent_secrets(request)
+    if secrets and (wide := _wide(body)) is not None:
+        return _wide_scrubbed(body, wide, secrets)
     out = scrub_bytes(body, secrets)
     return _escapes_scrubbed(out, secrets) if secrets and b"\\u" in out else out
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),  # before UTF-16's, which its first two bytes spell
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def _wide(body: bytes) -> tuple[bytes, str] | None:
+    """A UTF-16 or UTF-32 body's byte-order mark (or none) and encoding, by its mark, else
+    by the zero bytes of a JSON text's first characters (RFC 4627's reading, which a
+    client's JSON parser makes); None for any other body. Its bytes spell no key as the
+    header did, one byte per character."""
+    for bom, encoding in _BOMS:
+        if body.startswith(bom):
+            return bom, encoding
+    found = json.detect_encoding(body[:4]) if len(body) >= 4 else "utf-8"
+    return (b"", found) if found.startswith(("utf-16", "utf-32")) else None
+
+
+def _wide_scrubbed(body: bytes, wide: tuple[bytes, str], secrets: tuple[str, ...]) -> bytes:
+    """A UTF-16 or UTF-32 body scrubbed as its text (its JSON escapes too), written back in
+    its own encoding; as it came when it spells none of ``secrets``, or does not decode."""
+    bom, encoding = wide
+    try:
+        text = body[len(bom) :].decode(encoding)
+    except UnicodeDecodeError:
+        return body
+    plain = text.encode("utf-8", "surrogatepass")
+    out = scrub_bytes(plain, secrets)
+    out = _escapes_scrubbed(out, secrets) if b"\\u" in out else out
+    if out == plain:
+        return body
+    return bom + out.decode("utf-8", "surrogatepass").encode(encoding, "surrogatepass")
 
 
 def _escapes_scrubbed(body: bytes, secrets: tuple[str, ...]) -> bytes:
@@ -162,35 +195,6 @@ def _character(m: re.Match[bytes]) -> bytes:
         return chr(int(m[3], 16)).encode("utf-8", "surrogatepass")
     high, low = int(m[1], 16), int(m[2], 16)
     return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).encode()
-
-
-def sent_authorization(request: httpx.Request | None) -> str | None:
-    """The ``Authorization`` a call sent, if any."""
-    sent: str | None = request.headers.get("authorization") if request is not None else None
-    return sent
-
-
-# ``code`` whole: Azure Functions' function key; a name holding it (``country_code``) is none
-_CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
-
-
-def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
-    """The credentials a call sent, as its provider may quote them (``secrets_of``): its
-    ``Authorization``'s, and the value of each query parameter whose name says it holds one
-    (``key``, ``api_key``, ``access_token``, ``sig``, ``code`` …; a client's query goes
-    upstream, and a gateway that takes its key there quotes it back, the URL it was called at
-    included), as sent and percent-encoded. Other parameters (``api-version``) are words an
-    error means."""
-    if request is None:
-        return ()
-    found = list(secrets_of(sent_authorization(request)))
-    url = getattr(request, "url", None)  # a stand-in request may have headers alone
-    for name, value in url.params.multi_items() if url is not None else ():
-        if _CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
-            # as sent, its "+" read as a space by the proxy too, and as the URL spells it
-            for form in {value, value.replace(" ", "+"), str(httpx.QueryParams({"k": value}))[2:]}:
-                found += (form, json.dumps(form)[1:-1])
-    return tuple(sorted(set(found), key=lambda f: (-len(f), f)))
 
 
 def over_cap(

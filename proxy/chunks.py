@@ -15,13 +15,24 @@ from typing import Any
 
 from proxy.cascade.delta_fields import OwnFields
 from proxy.jsonio import storable
-from proxy.sse import DONE, encode_event, is_map, usage_of
+from proxy.sse import (
+    DONE,
+    EventSplitter,
+    encode_event,
+    event_data,
+    is_done,
+    is_map,
+    parse_chunk,
+    usage_of,
+)
 
 __all__ = [
     "MAX_OWN_FIELDS",
     "StreamAccumulator",
     "completion_to_chunks",
     "index_of",
+    "opens_as_events",
+    "stream_completion",
     "storable",
 ]
 
@@ -262,24 +273,39 @@ def _text(content: Any) -> str:
 
 
 _FRAMED = ("role", "content", "refusal", "tool_calls")  # each in frames of its own
+_CHOICE_KEYS = frozenset(("index", "message", "finish_reason", "logprobs", "delta"))
 
 
-def _choice_frames(index: int, message: Mapping[str, Any], finish: Any) -> list[dict[str, Any]]:
-    frames: list[dict[str, Any]] = [{"role": message.get("role") or "assistant", "content": ""}]
+def _choice_frames(index: int, choice: Mapping[str, Any]) -> list[dict[str, Any]]:
+    message = choice.get("message") or {}
+    # a content of null (a call's message) stays null, as a stream's first delta has it
+    empty = None if message.get("content") is None else ""
+    frames: list[dict[str, Any]] = [{"role": message.get("role") or "assistant", "content": empty}]
     if own := {k: v for k, v in message.items() if k not in _FRAMED and v is not None}:
         frames.append(own)  # a provider's own fields (``reasoning_content``), in one delta
     if text := _text(message.get("content")):
         frames.append({"content": text})
+    said = len(frames) - 1 if text else -1  # the content frame's place, else the finish's
     if refusal := message.get("refusal"):
         frames.append({"refusal": refusal})
     for k, call in enumerate(message.get("tool_calls") or []):
         fn = call.get("function") or {}
         head = {"index": k, "id": call.get("id"), "type": call.get("type") or "function"}
-        frames.append({"tool_calls": [{**head, "function": {"name": fn.get("name", "")}}]})
-        if args := fn.get("arguments"):
+        extra = {n: v for n, v in call.items() if n not in _TOOL_CALL_KEYS and v is not None}
+        named: dict[str, Any] = {"name": fn.get("name", "")}
+        args = fn.get("arguments")
+        if args is None or isinstance(args, str):  # as OpenAI's head has it: none is ""
+            named["arguments"] = ""
+        frames.append({"tool_calls": [{**extra, **head, "function": named}]})
+        if args:
             frames.append({"tool_calls": [{"index": k, "function": {"arguments": args}}]})
     choices = [{"index": index, "delta": d, "finish_reason": None} for d in frames]
-    choices.append({"index": index, "delta": {}, "finish_reason": finish})
+    # the choice's own fields (Azure's ``content_filter_results``) ride its finish frame
+    last = {k: v for k, v in choice.items() if k not in _CHOICE_KEYS and v is not None}
+    choices.append({"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")})
+    choices[-1].update(last)
+    if (logprobs := choice.get("logprobs")) is not None:  # with the text they are of
+        choices[said]["logprobs"] = logprobs
     return choices
 
 
@@ -287,10 +313,13 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
     """Encode a ``chat.completion`` as the SSE frames a streaming client expects, then DONE.
 
     Per choice: a role frame, a frame of the message's other fields (a provider's own, as a
-    delta carries them), a content frame, a refusal frame, per tool call a frame with
-    index/id/name then one with its arguments, and a finish frame. With ``include_usage``,
-    every frame carries ``usage: null`` and a final usage-only frame follows, as OpenAI does.
-    Round-trips through ``StreamAccumulator.to_completion``.
+    delta carries them), a content frame (with the choice's ``logprobs``, else the finish
+    frame has them), a refusal frame, per tool call a frame with index/id/name (its text
+    arguments ``""`` there, as OpenAI's, and the call's own fields, a thought signature)
+    then one with its arguments, and a finish frame
+    (with the choice's own fields). Every frame carries the ``service_tier``, and with
+    ``include_usage`` ``usage: null``, a final usage-only frame following, as OpenAI does.
+    Round-trips through ``StreamAccumulator.to_completion`` (which keeps no ``logprobs``).
     """
     base: dict[str, Any] = {
         "id": completion.get("id"),
@@ -298,13 +327,13 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
         "created": completion.get("created"),
         "model": completion.get("model"),
     }
-    if completion.get("system_fingerprint") is not None:
-        base["system_fingerprint"] = completion["system_fingerprint"]
+    for key in ("system_fingerprint", "service_tier"):
+        if completion.get(key) is not None:
+            base[key] = completion[key]
     frames: list[bytes] = []
     for pos, choice in enumerate(completion.get("choices") or []):
         index = index_of(choice, pos)
-        message = choice.get("message") or {}
-        for c in _choice_frames(index, message, choice.get("finish_reason")):
+        for c in _choice_frames(index, choice):
             chunk = {**base, "choices": [c]}
             if include_usage:
                 chunk["usage"] = None
@@ -314,3 +343,39 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
         frames.append(encode_event({**base, "choices": [], "usage": usage}))
     frames.append(DONE)
     return frames
+
+
+_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
+
+
+def opens_as_events(body: bytes) -> bool:
+    """Whether ``body`` opens as an event stream (its first line past blank space a field or
+    a comment): a provider that streamed an answer a call asked whole for."""
+    return body[:256].lstrip().startswith(_FIELDS)
+
+
+def stream_completion(body: bytes) -> dict[str, Any] | None:
+    """The ``chat.completion`` an event stream of chunks builds, as a relayed stream's reply
+    is built (a gateway that always streams answered a call that asked for a whole answer);
+    an error object it sent instead of a chunk (``{"error": …}``, the caller's to raise);
+    None for a body that is no finished chat stream: one that does not open as events, a
+    data event that is no JSON object, or one that stops with neither ``[DONE]`` nor a
+    finish reason on each choice (an answer cut short is not a whole one)."""
+    if not opens_as_events(body):
+        return None
+    splitter = EventSplitter()
+    acc, done = StreamAccumulator(), False
+    for event in [*splitter.feed(body), splitter.flush()]:
+        if is_done(event):
+            done = True
+            break
+        chunk = parse_chunk(event)
+        if chunk is None:
+            if event_data(event):  # data no chunk is: no stream the proxy can read
+                return None
+            continue
+        if chunk.get("error") is not None:
+            return dict(chunk)
+        acc.add(chunk)
+    finished = all(acc.finish_reason(i) is not None for i in acc.indices)
+    return acc.to_completion() if acc.indices and (done or finished) else None

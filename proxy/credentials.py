@@ -2,8 +2,9 @@
 
 Some providers quote the key they were sent in an error (``Incorrect API key provided:
 sk-…``). The proxy sends one ``Authorization`` per call (the provider's ``apiKeyEnv`` key, the
-client's token forwarded, or the Basic header of a baseUrl's user:password), and ``Upstream``
-keeps it with the answer (``Answer.scrub``, ``StreamAnswer.scrub``): every provider error the
+client's token forwarded, or the Basic header of a baseUrl's user:password; a client's
+``api-key`` header, forwarded too; a key in the client's query), and ``Upstream`` keeps it
+with the answer (``Answer.scrub``, ``StreamAnswer.scrub``): every provider error the
 proxy surfaces, relayed to the client, logged, put in an event or stored, is scrubbed of it
 first (``scrub_text``, ``scrub_bytes``): its token, the token's JSON-escaped spellings, and
 for Basic the ``user:password`` and the password it encodes become ``[REDACTED]`` (a JSON
@@ -19,11 +20,25 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterable
+
+import httpx
 
 from proxy.cascade.redaction import REDACTED
 
-__all__ = ["CREDENTIAL_WORDS", "MIN_SECRET_CHARS", "scrub_bytes", "scrub_text", "secrets_of"]
+__all__ = [
+    "CLIENT_KEY_HEADER",
+    "CREDENTIAL_WORDS",
+    "MIN_SECRET_CHARS",
+    "header_secrets",
+    "query_key_sent",
+    "scrub_bytes",
+    "scrub_text",
+    "secrets_of",
+    "sent_authorization",
+    "sent_secrets",
+]
 
 MIN_SECRET_CHARS = 6
 CREDENTIAL_WORDS = "key|token|secret|sig|auth|pass|cred"
@@ -31,6 +46,10 @@ CREDENTIAL_WORDS = "key|token|secret|sig|auth|pass|cred"
 holds a credential (``key``, ``api_key``, ``access_token``, ``sig``): what a call sent as one
 (``answers.sent_secrets``) and what a log line masks (``logs.masked``). Azure Functions'
 ``code`` is one only whole (``country_code`` is none); each reader adds it so."""
+CLIENT_KEY_HEADER = "api-key"
+"""The header Azure OpenAI takes a key in, which its SDK's ``AzureOpenAI`` client sends in
+place of ``Authorization``: a client's key as its ``Authorization`` is, forwarded as it came
+(``Upstream``) and scrubbed from what the provider answers (README Decisions)."""
 _REDACTED_BYTES = REDACTED.encode()
 _SCHEMES = frozenset({"bearer", "basic"})
 
@@ -55,6 +74,12 @@ def secrets_of(authorization: str | None) -> tuple[str, ...]:
         # escapes); the latin-1 reading spells the same bytes one character per byte
         for decoded in {raw.decode("utf-8", "replace"), raw.decode("latin-1")}:
             found += [decoded, decoded.partition(":")[2]]
+    return _spellings(found)
+
+
+def _spellings(found: Iterable[str]) -> tuple[str, ...]:
+    """Each of ``found`` as sent and as a JSON string spells it, longest first, none
+    shorter than ``MIN_SECRET_CHARS``."""
     forms: set[str] = set()
     for secret in found:
         forms.add(secret)
@@ -81,3 +106,48 @@ def scrub_bytes(data: bytes, secrets: Iterable[str]) -> bytes:
         if raw in data:
             data = data.replace(raw, _REDACTED_BYTES)
     return data
+
+
+def sent_authorization(request: httpx.Request | None) -> str | None:
+    """The ``Authorization`` a call sent, if any."""
+    sent: str | None = request.headers.get("authorization") if request is not None else None
+    return sent
+
+
+def header_secrets(request: httpx.Request | None) -> tuple[str, ...]:
+    """The credentials a call's headers carried, as its provider may quote them: its
+    ``Authorization``'s (``secrets_of``) and its ``api-key``, a bare key."""
+    found = secrets_of(sent_authorization(request))
+    key = request.headers.get(CLIENT_KEY_HEADER) if request is not None else None
+    return _spellings((*found, key.strip())) if key and key.strip() else found
+
+
+# ``code`` whole: Azure Functions' function key; a name holding it (``country_code``) is none
+_CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
+
+
+def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
+    """The credentials a call sent, as its provider may quote them: its headers'
+    (``header_secrets``), and the value of each query parameter whose name says it holds one
+    (``key``, ``api_key``, ``access_token``, ``sig``, ``code`` …; a client's query goes
+    upstream, and a gateway that takes its key there quotes it back, the URL it was called at
+    included), as sent and percent-encoded. Other parameters (``api-version``) are words an
+    error means."""
+    if request is None:
+        return ()
+    found = list(header_secrets(request))
+    url = getattr(request, "url", None)  # a stand-in request may have headers alone
+    for name, value in url.params.multi_items() if url is not None else ():
+        if _CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
+            # as sent, its "+" read as a space by the proxy too, and as the URL spells it
+            for form in {value, value.replace(" ", "+"), str(httpx.QueryParams({"k": value}))[2:]}:
+                found += (form, json.dumps(form)[1:-1])
+    return tuple(sorted(set(found), key=lambda f: (-len(f), f)))
+
+
+def query_key_sent(request: httpx.Request | None) -> bool:
+    """Whether the call carried a credential in its query (a client's ``?api-key=``) beside
+    those of its headers: what a refusal names (``provider_refusal``) and its log line says
+    (``provider_errors.log_relayed``)."""
+    header = set(header_secrets(request))
+    return any(s not in header for s in sent_secrets(request))

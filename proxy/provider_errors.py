@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from proxy import chunk_faults
+from proxy import chunk_faults, chunks
 from proxy.config import ProviderConfig
+from proxy.credentials import query_key_sent
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout, UpstreamUnavailable
 from proxy.observe_notes import note_bad_answer
 
@@ -232,17 +233,18 @@ def log_relayed(
     status: int,
     how: str = "relayed to the client",
     *,
-    query_key: bool = False,
+    request: httpx.Request | None = None,
 ) -> None:
     """One line for a provider's own error answer, which the proxy relays: who answered and
     with what status (a 5xx at WARNING, a 4xx at INFO, as the proxy's own errors). Never its
     body, which may quote the request. A 401 or 403 to the proxy's own key (``apiKeyEnv``)
     is at WARNING and names the variable: every tenant's request fails so until the
-    operator fixes it, while the clients, whose keys are fine, cannot. ``query_key``: the
-    call carried a client's key in its query too (``?api-key=``), which may be the one
-    refused, and the line says so."""
+    operator fixes it, while the clients, whose keys are fine, cannot. When the call
+    (``request``) carried a client's key in its query too (``?api-key=``), that key may be
+    the one refused, and the line says so."""
     variable = provider.api_key_env
     if status in (401, 403) and provider.own_key(os.environ):
+        query_key = query_key_sent(request)
         also, whose = "", "that variable's key"
         if query_key:
             also, whose = " and a key the client sent in the query", f"{whose}, or the client's"
@@ -269,15 +271,17 @@ def log_stream_error(provider: ProviderConfig, status: int, label: str) -> None:
 
 
 def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
-    """A 2xx answer's chat completion; anything else the provider sent is a 502, one whose
+    """A 2xx answer's chat completion (built from its chunks when the provider streamed it,
+    ``chunks.stream_completion``); anything else the provider sent is a 502, one whose
     choices or tool calls are malformed too (the 502's message, logged, names the provider
     and what was wrong, never the content), and an error object sent as a success, whose
     502 quotes its message while the log line names only its type and code (both without the
     credential the call sent)."""
     try:
         data, parsed = resp.json(), True
-    except ValueError:
-        data, parsed = None, False
+    except ValueError:  # a stream where a whole answer belongs is read as its chunks build
+        data = chunks.stream_completion(resp.content)
+        parsed = data is not None
     if (failure := chunk_faults.error_answer(data)) is not None:
         note_bad_answer(provider.name, "error_answer")
         err, label = failure

@@ -33,9 +33,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from proxy.answers import sent_authorization, sent_secrets
 from proxy.config import ProviderConfig
-from proxy.credentials import secrets_of
+from proxy.credentials import CLIENT_KEY_HEADER, query_key_sent
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
 from proxy.upstream import basic_auth
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 
     from proxy.answers import Answer, StreamAnswer
 
-__all__ = ["query_key_sent", "relayed"]
+__all__ = ["relayed"]
 
 _QUOTED = 300
 """The most characters of the provider's own words the message quotes."""
@@ -117,8 +116,9 @@ def _is_json(body: bytes) -> bool:
 
 def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
     """Whose credentials the call carried, by where ``Upstream`` takes each from: its
-    ``Authorization`` and a key-named query parameter (``?key=``, Azure's ``?api-key=``),
-    which the client's query brings beside whichever header went, so both are named."""
+    ``Authorization`` (or a client's ``api-key`` header) and a key-named query parameter
+    (``?key=``, Azure's ``?api-key=``), which the client's query brings beside whichever
+    header went, so both are named."""
     header = _header_whose(provider, request)
     in_query = query_key_sent(request)
     if header is None:
@@ -132,10 +132,13 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
 
 
 def _header_whose(provider: ProviderConfig, request: httpx.Request | None) -> str | None:
-    """Whose credential the call's ``Authorization`` was, or None when it had none."""
+    """Whose credential the call's ``Authorization`` (or a client's ``api-key``) was, or
+    None when it had none."""
     if provider.own_key(os.environ):
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
+    if request is not None and request.headers.get(CLIENT_KEY_HEADER):
+        return f"the key the client sent in its {CLIENT_KEY_HEADER} header, which it forwards"
     if not sent:
         return None
     if sent == basic_auth(provider.base_url):
@@ -143,24 +146,13 @@ def _header_whose(provider: ProviderConfig, request: httpx.Request | None) -> st
     return "the key the client sent, which the proxy forwards"
 
 
-def query_key_sent(request: httpx.Request | None) -> bool:
-    """Whether the call carried a credential in its query (a client's ``?api-key=``)."""
-    return bool(_query_secrets(request))
-
-
-def _query_secrets(request: httpx.Request | None) -> tuple[str, ...]:
-    """The credentials the call's query carried (``sent_secrets`` less its header's)."""
-    header = set(secrets_of(sent_authorization(request)))
-    return tuple(s for s in sent_secrets(request) if s not in header)
-
-
 def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
     """The body's OpenAI error object, if it is one: its text fields as parsed, scrubbed
     again, since a JSON writer may escape any character of the key (``\\u002B``), which the
     bytes' scrub then misses and parsing spells out. A gateway's own error shape gives its
     words as the message: ``{"error": "…"}``, Azure API Management's ``{"statusCode": 403,
-    "message": "…"}``, FastAPI's ``{"detail": "…"}``. None for one past ``_PEEK``, unparsed
-    (``_is_json``): its head is quoted as text."""
+    "message": "…"}``, FastAPI's ``{"detail": "…"}``, AWS's ``{"Message": "…"}``. None for
+    one past ``_PEEK``, unparsed (``_is_json``): its head is quoted as text."""
     if len(body) > _PEEK:
         return None
     try:
@@ -171,13 +163,15 @@ def _error(body: bytes, scrub: Callable[[str], str]) -> dict[str, str] | None:
         return None
     error = data.get("error")
     if not isinstance(error, dict):
-        said = next((v for k in _SAID if isinstance(v := data.get(k), str) and v.strip()), None)
+        named = {k.lower(): v for k, v in data.items() if isinstance(v, str) and v.strip()}
+        said = next((named[k] for k in _SAID if k in named), None)
         return {"message": scrub(said)} if said is not None else None
     return {k: scrub(v) for k, v in error.items() if isinstance(v, str)}
 
 
-_SAID = ("error", "message", "detail")
-"""The keys whose text a gateway's non-OpenAI error says what went wrong in."""
+_SAID = ("error", "message", "detail", "errormessage")
+"""The keys whose text a gateway's non-OpenAI error says what went wrong in, in any case:
+AWS's API Gateway and services write ``{"Message": …}``, its Lambda ``{"errorMessage": …}``."""
 
 
 def _text(error: dict[str, str] | None, key: str) -> str | None:

@@ -24,6 +24,8 @@ __all__ = [
     "DONE",
     "KEEPALIVE",
     "STREAM_HEADERS",
+    "BodySplitter",
+    "opening_of",
     "EventSplitter",
     "event_data",
     "parse_chunk",
@@ -113,6 +115,58 @@ class EventSplitter:
         self._line_start = self._scan = 0
         self._cr = False
         return rest
+
+
+class BodySplitter:
+    """An ``EventSplitter`` for a body that opens as events. One whose first byte past blank
+    space and a byte-order mark (``opening_of``) is ``{`` is a whole JSON answer where a
+    stream belongs (a provider that ignored ``stream``), no event (an SSE line opens with a
+    field's name or ``:``): it is held whole and given by ``flush``, since a pretty-printed
+    one's blank lines end no events. Blank space before the first other byte is held until
+    that byte says which the body is."""
+
+    __slots__ = ("_events", "_head", "_whole")
+
+    def __init__(self) -> None:
+        self._events = EventSplitter()
+        self._head: bytearray | None = bytearray()  # None once the body's kind is known
+        self._whole: bytearray | None = None
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """As ``EventSplitter.feed``; no event for a whole JSON answer, held."""
+        if self._whole is not None:
+            self._whole += chunk
+            return []
+        if self._head is not None:
+            self._head += chunk
+            opening = opening_of(self._head)
+            if not opening:
+                return []
+            chunk, self._head = bytes(self._head), None
+            if opening.startswith(b"{"):
+                self._whole = bytearray(chunk)
+                return []
+        return self._events.feed(chunk)
+
+    @property
+    def pending(self) -> int:
+        """How many bytes are held: of an event that has not ended, or of a whole answer."""
+        if self._whole is not None:
+            return len(self._whole)
+        return self._events.pending + len(self._head or b"")
+
+    def flush(self) -> bytes:
+        """What is left at EOF (an unterminated event, or the whole answer held)."""
+        held = self._whole if self._whole is not None else self._head
+        if held:
+            return bytes(held)
+        return self._events.flush()
+
+
+def opening_of(body: bytes | bytearray) -> bytes:
+    """``body`` past its blank space and a UTF-8 byte-order mark (a .NET writer's), which
+    an SSE parser and a JSON parser each skip."""
+    return bytes(body.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip())
 
 
 def _whole_events(chunk: bytes) -> bool:

@@ -42,7 +42,7 @@ from proxy.answers import (
     sent_secrets,
 )
 from proxy.config import ProviderConfig
-from proxy.credentials import scrub_text
+from proxy.credentials import CLIENT_KEY_HEADER, scrub_text
 from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.logs import without_credentials
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
@@ -63,9 +63,12 @@ __all__ = [
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-beta", "user-agent")
+_CLIENT_KEY_HEADERS = ("authorization", CLIENT_KEY_HEADER)
+"""Where a client's key comes (``Authorization``, or Azure's ``api-key``), forwarded as it came
+when the provider has no key of the proxy's (``apiKeyEnv``)."""
 OWN_KEY_HEADERS = ("openai-organization", "openai-project")
 """Headers that pick among the organisations and projects of the credential they ride with:
-forwarded only beside the client's own ``Authorization``, never with the proxy's key (or a
+forwarded only beside the client's own key, never with the proxy's key (or a
 ``baseUrl``'s user and password), among whose organisations a client has no say."""
 DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
 """The content codings httpx decodes: gzip and deflate with zlib, ``br`` and ``zstd`` with the
@@ -164,11 +167,13 @@ class Upstream:
                     "character); correct the variable and restart the proxy"
                 )
             headers["authorization"] = f"Bearer {key}"
-        elif auth := client_headers.get("authorization"):
-            headers["authorization"] = auth
-            for name in OWN_KEY_HEADERS:
-                if value := client_headers.get(name):
-                    headers[name] = value
+        else:  # the client's own key, in the header it came in (``credentials``)
+            keys = {n: v for n in _CLIENT_KEY_HEADERS if (v := client_headers.get(n))}
+            headers.update(keys)
+            if keys:  # the organisation and project are the client's key's
+                for name in OWN_KEY_HEADERS:
+                    if value := client_headers.get(name):
+                        headers[name] = value
         for name in _FORWARD_REQUEST_HEADERS:
             if value := client_headers.get(name):
                 headers[name] = value

@@ -39,7 +39,7 @@ from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY, RELAYED_ERROR_SCHEMA
 from proxy.auth import check_agent, key_agents, key_in_force
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
-from proxy.provider_refusal import query_key_sent, relayed
+from proxy.provider_refusal import relayed
 from proxy.requestlog import note_session
 from proxy.services.chat import ChatContext, route
 from proxy.services.client_watch import ClientWatch
@@ -241,7 +241,7 @@ async def _passthrough(
         over_hint=hint,
     )
     if resp.status_code >= 400:
-        log_relayed(provider, resp.status_code, query_key=query_key_sent(resp.request))
+        log_relayed(provider, resp.status_code, request=resp.request)
     elif model_in_body:  # an embeddings call: its tokens, as the provider reports them
         note_usage(model or "", resp.usage(), "embeddings")
     content, headers = relayed(provider, resp, resp.content, response_headers(resp))

@@ -19,6 +19,7 @@ from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
+from proxy.credentials import CLIENT_KEY_HEADER
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
 from proxy.jsonio import TooDeep, loads_exact, values_count
 from proxy.requestlog import note_session
@@ -96,13 +97,17 @@ BIGINT_MAX = 2**63 - 1
 """The largest offset or id PostgreSQL takes (bigint): past it a 400, not a 500."""
 
 
+_KEY_HEADERS = frozenset(("authorization", CLIENT_KEY_HEADER))
+
+
 def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
     """The client's headers as the provider may see them. With proxy keys configured the
     client's bearer token is the proxy's own secret, so it never leaves: the provider gets
-    its ``apiKeyEnv`` key, or no credentials when that is unset (a keyless local server)."""
+    its ``apiKeyEnv`` key, or no credentials when that is unset (a keyless local server). A
+    client's ``api-key`` (``AzureOpenAI``'s) stays back alike: it may hold the proxy key."""
     if not cfg.auth.keys:
         return request.headers
-    return {k: v for k, v in request.headers.items() if k != "authorization"}
+    return {k: v for k, v in request.headers.items() if k not in _KEY_HEADERS}
 
 
 def upstream_query(request: Request, cfg: Config) -> list[tuple[str, str]]:

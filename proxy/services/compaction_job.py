@@ -1,8 +1,9 @@
 """A compaction's job, and the summary call it makes to the agent's fast model.
 
 ``job_for`` resolves, once per compaction, what the work needs from the config: the provider
-and fast model to ask, the fast model's window, the ``summarize`` block, the client's
-authorization header (the only one forwarded), and the memory promotion settings.
+and fast model to ask, the fast model's window, the ``summarize`` block, the client's key
+header (``Authorization`` or ``api-key``, the only one forwarded), and the memory promotion
+settings.
 
 ``summarise`` asks the fast model for the briefing of a planned span: the prompt is cut to
 the fast model's own window, an unusable answer is retried (at most ``summarize.maxAttempts``
@@ -34,6 +35,7 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
+from proxy.credentials import CLIENT_KEY_HEADER
 from proxy.services.fastmodel import (
     TOO_LONG,
     answer_data,
@@ -102,8 +104,9 @@ class CompactionJob:
     started for; the request (hard) or the next one (soft) measures again."""
 
 
-_KEPT_HEADERS = frozenset({"authorization", *OWN_KEY_HEADERS})
-"""The client's headers a compaction's fast-model call keeps: its bearer, and beside it the
+_KEPT_HEADERS = frozenset({"authorization", CLIENT_KEY_HEADER, *OWN_KEY_HEADERS})
+"""The client's headers a compaction's fast-model call keeps: its key (its bearer, or
+Azure's ``api-key``), and beside it the
 organisation and project it picks (``Upstream`` drops those with the provider's own key)."""
 
 

@@ -1,6 +1,7 @@
 """Forward a prepared step to the provider and relay its answer to the client.
 
-Non-streaming answers are relayed byte for byte; streams event by event (``relay.py``), each
+Non-streaming answers are relayed byte for byte (but one a provider streamed all the same,
+sent as the completion its chunks build); streams event by event (``relay.py``), each
 round's request (``Step.upstream_body``) sent and awaited as ``round_answer.py`` says.
 ``read_tool_output`` calls are answered between rounds, from the store, and the provider is
 called again, up to ``max_internal_rounds`` times; the client never sees those calls
@@ -28,7 +29,7 @@ from proxy.cascade.types import Message
 from proxy.jsonio import dumps
 from proxy.observe import note_answer
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
-from proxy.provider_refusal import query_key_sent, relayed
+from proxy.provider_refusal import relayed
 from proxy.services import deltas
 from proxy.services.client_watch import HEADERS_WAITING, watching
 from proxy.services.internal_rounds import (
@@ -148,14 +149,14 @@ class Forwarder:
                     max_bytes=answers.MAX_ANSWER_BYTES,
                 )
                 if resp.status_code >= 400:
-                    sent = query_key_sent(resp.request)
-                    log_relayed(step.route.provider, resp.status_code, query_key=sent)
+                    log_relayed(step.route.provider, resp.status_code, request=resp.request)
                     await turn.abort(learned(step, resp.status_code, resp.content, messages))
                     body, headers = relayed(
                         step.route.provider, resp, resp.content, response_headers(resp)
                     )
                     return Response(body, resp.status_code, headers)
                 data = completion(resp, step.route.provider)
+                rewritten = rewritten or chunks.opens_as_events(resp.content)  # streamed
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")
@@ -169,10 +170,12 @@ class Forwarder:
                     reply = fold_completion(data, reply, earlier, internal, client_calls)
                     rewritten = True
                 break
-            content = dumps(data) if rewritten else resp.content
+            content, headers = resp.content, response_headers(resp)
+            if rewritten:
+                content, headers = dumps(data), {**headers, "content-type": "application/json"}
             task = BackgroundTask(turn.finish, reply, prompt_tokens)
             # Built in here: until the response exists, nothing else would end the turn.
-            return Response(content, resp.status_code, response_headers(resp), background=task)
+            return Response(content, resp.status_code, headers, background=task)
         except BaseException:
             await turn.abort()
             raise
@@ -201,8 +204,7 @@ class Forwarder:
                 if resp.status_code >= 400:
                     refused = await read_refusal(resp, step.route.provider)
                     said = await resp.aread()  # as it came (read once): ``learned`` reads it
-                    sent = query_key_sent(resp.request)
-                    log_relayed(step.route.provider, resp.status_code, query_key=sent)
+                    log_relayed(step.route.provider, resp.status_code, request=resp.request)
                 headers = response_headers(resp)
             else:
                 headers = {"content-type": "text/event-stream"}
@@ -265,8 +267,7 @@ class Forwarder:
                     # the body as it came, not the relayed rewrite (``provider_refusal``)
                     said = await resp.aread()
                     calibration = learned(step, refusal.status_code, said, messages)
-                    sent = query_key_sent(resp.request)
-                    refuse(step.route.provider, refusal, opened=client.opened, query_key=sent)
+                    refuse(step.route.provider, refusal, opened=client.opened, request=resp.request)
                 if error is not None:
                     yield client.emit(error)
                     yield sse.DONE

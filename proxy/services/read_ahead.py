@@ -6,11 +6,15 @@ can still be the response: ``Forwarder.stream`` reads one piece of a stream that
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 
 from proxy.config import ProviderConfig
 from proxy.provider_errors import log_relayed
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Refused", "after_first", "refuse"]
 
@@ -38,14 +42,18 @@ async def after_first(
 
 
 def refuse(
-    provider: ProviderConfig, refusal: Response, *, opened: bool, query_key: bool = False
+    provider: ProviderConfig,
+    refusal: Response,
+    *,
+    opened: bool,
+    request: httpx.Request | None = None,
 ) -> None:
     """A later round's provider error: in-band once the stream has sent a byte, else raised
-    as ``Refused``, to be the response as a non-streamed request's error is (``query_key``:
-    the call carried a client's key in its query, ``log_relayed``)."""
+    as ``Refused``, to be the response as a non-streamed request's error is (``request``:
+    the call's, whose query key ``log_relayed`` names)."""
     if opened:
         how = "relayed as an error event"
-        log_relayed(provider, refusal.status_code, how, query_key=query_key)
+        log_relayed(provider, refusal.status_code, how, request=request)
         return
-    log_relayed(provider, refusal.status_code, query_key=query_key)
+    log_relayed(provider, refusal.status_code, request=request)
     raise Refused(refusal)

@@ -25,7 +25,8 @@ A stream that ends with neither ``[DONE]`` nor a finish reason on every choice d
 nor did one whose ``[DONE]`` comes before any chat chunk:
 the round reports it in ``RoundOutcome.error`` (``round_outcome.py``), as it does a stream that
 breaks off, a body that holds no chat chunk (but a whole JSON completion, a provider's that
-ignored ``stream``, goes out as its stream, read as one; an error object as an error frame),
+ignored ``stream``, held whole however its lines run (``sse.BodySplitter``), goes out as its
+stream, read as one; an error object as an error frame),
 and a chunk whose choices or tool calls are malformed (``chunk_faults.malformed``) or a data
 event that is no JSON object, which ends the round before it:
 the relay, the stored reply and the client would each read it differently. So does an event
@@ -102,7 +103,7 @@ async def relay_round(
     # while the queue is full) instead of the proxy holding the whole answer.
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUED_CHUNKS)
     reader = asyncio.create_task(pump(resp, queue))
-    splitter = sse.EventSplitter()
+    splitter = sse.BodySplitter()
     held: list[bytes] = []  # finish/usage/DONE frames of a round that may turn out internal
     tail = b""
     stop = stop if stop is not None else StopClock()  # one that never begins
@@ -267,7 +268,8 @@ def _utf8(event: bytes) -> bytes:
 def _json_object(tail: bytes) -> dict[str, Any] | None:
     """The body's unterminated rest as a JSON object, or ``None``: a provider that ignored
     ``stream`` sent a whole completion (relayed as its stream) or an error object there."""
-    if not tail.lstrip().startswith(b"{"):
+    tail = sse.opening_of(tail)  # past blank space and a byte-order mark, as JSON reads it
+    if not tail.startswith(b"{"):
         return None
     try:
         obj = json.loads(tail)

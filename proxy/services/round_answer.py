@@ -3,10 +3,11 @@
 ``Forwarder.stream`` sends each round's request as a future (``send``) and relays its body;
 until the provider's headers arrive it sends keep-alive comments (``keepalive_until``). A
 round whose request failed, or whose provider answered with an error status, becomes an error
-frame (``round_response``), with the provider's ``Retry-After`` in it when it sent one; the
-provider's error answer is also kept as a response (``read_refusal``), so a stream that has
-sent nothing yet can answer with it. A client that leaves before a round's answer is read
-does not leave the request behind (``drop``).
+frame (``round_response``), with the provider's ``Retry-After`` in it when it sent one (a 401,
+a 403 or a body of no JSON in the words ``provider_refusal`` rewrote it with, which name the
+provider and its status); the provider's error answer is also kept as a response
+(``read_refusal``), so a stream that has sent nothing yet can answer with it. A client that
+leaves before a round's answer is read does not leave the request behind (``drop``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.responses import Response
 from proxy import answers, sse
 from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
+from proxy.jsonio import loads
 from proxy.logs import causes
 from proxy.provider_refusal import relayed
 from proxy.stopping import STOPPED, STOPPED_CODE, StopClock
@@ -84,11 +86,14 @@ async def round_response(
         refusal = await read_refusal(resp, provider)
     except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
         return resp, _failed(exc, exc.status_code, exc.code), None
-    body = bytes(refusal.body).decode("utf-8", "replace")[:2000]
     retry = resp.headers.get("retry-after")
     retry = retry[:64] if retry else None  # the provider's value, seconds or a date, as sent
     said = f" (Retry-After: {retry})" if retry else ""
-    text = f"the provider answered {resp.status_code}{said}: {body}"
+    if bytes(refusal.body) != await resp.aread():  # rewritten: its message names the provider
+        text = f"{loads(refusal.body)['error']['message']}{said}"
+    else:
+        body = bytes(refusal.body).decode("utf-8", "replace")[:2000]
+        text = f"the provider answered {resp.status_code}{said}: {body}"
     return resp, sse.error_event(text, code=str(resp.status_code), retry_after=retry), refusal
 
 

@@ -59,7 +59,7 @@ class RoundOutcome:
         return all(acc.finish_reason(i) is not None for i in acc.indices)
 
 
-def capped(events: list[bytes], splitter: sse.EventSplitter, cap: int) -> str | None:
+def capped(events: list[bytes], splitter: sse.BodySplitter, cap: int) -> str | None:
     """The error for an event over ``cap`` bytes, ended or still open in the splitter, with
     the events before it left in ``events``; None when none is. The round ends there, and
     its caller closes the provider's connection, so no more of it is read or held."""

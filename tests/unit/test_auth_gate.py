@@ -153,3 +153,15 @@ async def test_without_keys_a_request_on_a_non_loopback_address_is_refused(
     app = gate.app
     allowed = ProxyAuth(app, ConfigHolder(parse_config({}), None), allow_unauthenticated=True)
     assert await _get_on(allowed, "10.1.2.3") == 200
+
+
+async def test_a_proxy_key_in_an_api_key_header_is_refused_saying_where_it_goes() -> None:
+    keyed, _ = _gate({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}]}})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(keyed), base_url="http://proxy"
+    ) as http:
+        refused = await http.get("/v1/things", headers={"api-key": "proxy-secret"})
+        plain = await http.get("/v1/things")
+    assert refused.status_code == plain.status_code == 401
+    assert "an api-key header holds no proxy key" in refused.json()["error"]["message"]
+    assert "api-key" not in plain.json()["error"]["message"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy import answers
-from proxy.chunks import StreamAccumulator, completion_to_chunks
+from proxy.chunks import StreamAccumulator, completion_to_chunks, stream_completion
 from proxy.services.round_outcome import RoundOutcome
 from proxy.sse import DONE, EventSplitter, is_usage_only, parse_chunk
 from tests.unit.test_sse import chunk, delta
@@ -272,7 +272,7 @@ def test_completion_to_chunks_tool_call_frames_carry_index_id_name() -> None:
         if (c := parse_chunk(f)) and "tool_calls" in c["choices"][0]["delta"]
     ]
     assert calls == [
-        {"index": 0, "id": "a", "type": "function", "function": {"name": "grep"}},
+        {"index": 0, "id": "a", "type": "function", "function": {"name": "grep", "arguments": ""}},
         {"index": 0, "function": {"arguments": "{}"}},
     ]
 
@@ -326,3 +326,22 @@ def test_accumulator_keeps_arguments_a_provider_streamed_as_an_object() -> None:
         "function_call": {"name": "f", "arguments": {"q": "x"}},
     }
     assert chain([msg]) == chain([resent])
+
+
+def test_stream_completion_builds_a_finished_stream_and_nothing_else() -> None:
+    head = {"id": "c", "object": "chat.completion.chunk", "model": "m"}
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + json.dumps({**head, "choices": [choice]}).encode() + b"\n\n"
+
+    body = event({"role": "assistant", "content": "a"}) + event({"content": "b"}, "stop")
+    built = stream_completion(b"\n: hello\n\n" + body)  # finished by its finish reason
+    assert built is not None and built["choices"][0]["message"]["content"] == "ab"
+    assert stream_completion(event({"content": "cut"}) + b"data: [DONE]\n\n") is not None
+    assert stream_completion(event({"content": "cut"})) is None  # neither DONE nor a finish
+    assert stream_completion(b'data: {"error": {"message": "busy"}}\n\n') == {
+        "error": {"message": "busy"}
+    }
+    assert stream_completion(b"data: not json\n\n" + body) is None
+    assert stream_completion(b'{"choices": []}') is None  # JSON, no events

@@ -107,6 +107,11 @@ FORBIDDEN = {  # what a provider, Azure or a firewall in front of one answers 40
         b'{"statusCode": 403, "message": "Out of call volume quota."}',
         "Out of call volume quota.",
     ),
+    "aws": (
+        b'{"Message": "User: anonymous is not authorized to perform: execute-api:Invoke"}',
+        "User: anonymous is not authorized to perform: execute-api:Invoke",
+    ),
+    "lambda": (b'{"errorMessage": "Unauthorized", "errorType": "Error"}', "Unauthorized"),
     "empty": (b"", "no body"),
 }
 

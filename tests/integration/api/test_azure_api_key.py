@@ -1,0 +1,80 @@
+"""A client that sends its key in an ``api-key`` header (the SDK's ``AzureOpenAI``) has it
+forwarded as it came, when the provider has no key of the proxy's: the provider gets the
+header, a 401 to it names that header and quotes the provider's words without the key, and
+no log line holds it. With the proxy's own key, or with proxy keys, it stays back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.replies import error, reply
+from tests.fakes.upstream import CHAT, MODELS, FakeUpstream
+from tests.integration.api.conftest import Records, StartProxy, write_config
+
+CLIENT_KEY = "azure-client-key-0123456789abcdef"
+_CHAT = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+_REFUSED = {
+    "error": {
+        "code": "401",
+        "message": f"Access denied due to invalid subscription key {CLIENT_KEY}.",
+    }
+}
+
+
+def test_an_api_key_header_is_forwarded_and_a_401_to_it_names_it(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path, records: Records
+) -> None:
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
+    fake_upstream.script(error(401, _REFUSED), endpoint=MODELS)
+    client = openai.AzureOpenAI(
+        base_url=proxy.url, api_key=CLIENT_KEY, api_version="2024-10-21", max_retries=0
+    )
+    with pytest.raises(openai.AuthenticationError) as refused:
+        client.models.list()
+    sent = fake_upstream.requests[-1].headers
+    assert sent.get("api-key") == CLIENT_KEY and "authorization" not in sent
+    message = refused.value.message
+    assert "the key the client sent in its api-key header" in message, message
+    assert "invalid subscription key [REDACTED]" in message and CLIENT_KEY not in message
+
+    fake_upstream.script(reply("hello"), endpoint=CHAT)
+    with httpx.Client(base_url=proxy.origin, headers={"api-key": CLIENT_KEY}) as http:
+        answer = http.post("/v1/chat/completions", json=_CHAT)
+    assert answer.status_code == 200, answer.text
+    assert fake_upstream.requests[-1].headers.get("api-key") == CLIENT_KEY
+    assert all(CLIENT_KEY not in r.getMessage() for r in records.records)
+
+
+def test_the_proxys_own_key_goes_in_place_of_a_clients_api_key(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CASCADE_TEST_AZURE_KEY", "sk-the-proxys-own-key-0123")
+    provider = {"baseUrl": fake_upstream.url, "apiKeyEnv": "CASCADE_TEST_AZURE_KEY"}
+    proxy = start_proxy(write_config(tmp_path / "a.json", "", providers={"openai": provider}))
+    fake_upstream.script(reply("hello"), endpoint=CHAT)
+    with httpx.Client(base_url=proxy.origin, headers={"api-key": CLIENT_KEY}) as http:
+        assert http.post("/v1/chat/completions", json=_CHAT).status_code == 200
+    sent = fake_upstream.requests[-1].headers
+    assert "api-key" not in sent
+    assert sent["authorization"] == "Bearer sk-the-proxys-own-key-0123"
+
+
+def test_an_azure_clients_chat_is_told_the_path_the_proxy_serves(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
+    client = openai.AzureOpenAI(
+        base_url=proxy.url, api_key=CLIENT_KEY, api_version="2024-10-21", max_retries=0
+    )
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(**_CHAT)  # type: ignore[call-overload]
+    assert "/v1/deployments/gpt-fake/chat/completions" in missing.value.message
+    assert "call /v1/chat/completions, with the SDK's OpenAI client" in missing.value.message
+    assert not fake_upstream.requests
