@@ -9,6 +9,7 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -129,3 +130,39 @@ def test_change_key_never_shows_on_the_sign_in_view(
     page.goto(f"{console.origin}/ui#/")
     assert page.locator("#forget-key").is_hidden()
     console.errors.clear()  # the aborted module's own console line
+
+
+def test_a_long_tool_call_scrolls_in_its_box_as_a_long_body_does(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """A real agent's Write or Edit call carries a whole file in its arguments (19,000
+    characters in a shared transcript): its line under the message grew the row to over
+    2,000 pixels, a screen and more of one call, where a long body scrolls in a box."""
+    content = "".join(f"line {n}: some code here\n" for n in range(800))
+    call = {
+        "id": "call_w",
+        "type": "function",
+        "function": {
+            "name": "Write",
+            "arguments": json.dumps({"path": "a.py", "content": content}),
+        },
+    }
+    fake_upstream.script(reply("ok"))
+    _posted(
+        console_proxy,
+        "writes",
+        [
+            {"role": "user", "content": "write it"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_w", "content": "written"},
+        ],
+    )
+    page = sign_in(console, "#/s/writes")
+    shown = page.locator("code.call").filter(has_text="Write(")
+    shown.wait_for()
+    box = shown.evaluate("(n) => [n.clientHeight, n.scrollHeight, getComputedStyle(n).overflowY]")
+    body = page.locator("pre.body").first.evaluate(
+        "(n) => parseFloat(getComputedStyle(n).maxHeight)"
+    )
+    assert box[0] <= body < box[1], box  # as tall as a body at most, the rest scrolled to
+    assert box[2] == "auto"
