@@ -275,10 +275,14 @@ export class SessionView {
   // history changed meanwhile) reload the window instead. It takes its turn with the loads
   // (`refreshing`): a reload of the window begun before it would otherwise end after it and
   // drop the rows it added, and one asked for meanwhile waits for it. The button is not
-  // disabled while it loads: a disabled button loses the keyboard's focus.
+  // disabled while it loads: a disabled button loses the keyboard's focus. The last press
+  // hides it: the focus on it goes to the first row, which it added (left on a hidden
+  // button, it fell to the page's body, and a screen reader said nothing of where it was).
   async earlier() {
     if (this.loadingEarlier) return;
     this.loadingEarlier = true;
+    const button = $("load-earlier");
+    const pressed = document.activeElement === button; // from the keyboard
     try {
       while (this.refreshing) await this.refreshing;
       const step = this.messages.earlier(this.abort.signal);
@@ -290,6 +294,12 @@ export class SessionView {
     } finally {
       this.loadingEarlier = false;
       if (!this.abort.signal.aborted) this.showEarlier();
+      const first = $("message-list").firstElementChild;
+      const left = [button, document.body].includes(document.activeElement);
+      if (pressed && left && button.hidden && first) {
+        first.tabIndex = -1;
+        first.focus();
+      }
     }
   }
 
