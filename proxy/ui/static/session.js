@@ -1,6 +1,7 @@
 // The session view: usage panel, summary, the message list (rows.js), the actions, the
 // composer (composer.js), the memory prompt (memory.js) and the live event stream.
 
+import { act } from "./actions.js";
 import { api, followEvents } from "./api.js";
 import { Composer, sendable } from "./composer.js";
 import { LiveView } from "./live.js";
@@ -312,42 +313,8 @@ export class SessionView {
       `(${num(before)} not shown)`;
   }
 
-  async act(action) {
-    const questions = {
-      branch: `Branch ${this.id} into a new session with a copy of its history?`,
-      reset: `Reset ${this.id}? Its messages, raw outputs and summaries are forgotten.`,
-      compact: `Compact ${this.id} now? Its older messages are folded into a summary.`,
-      delete: `Delete ${this.id} and everything it owns? This cannot be undone.`,
-    };
-    if (!(await this.ui.confirmAction(questions[action]))) return;
-    const status = $("status-line");
-    try {
-      if (action === "branch") {
-        const out = await api.branch(this.id);
-        this.ui.toast(`Branched into ${out.id}`);
-        location.hash = `#/s/${encodeURIComponent(out.id)}`;
-      } else if (action === "reset") {
-        await api.reset(this.id);
-        this.messages.raw.clear(); // forgotten with it: the new rows may reuse a tool_call_id
-        status.textContent = "Session reset.";
-        this.refresh(true);
-      } else if (action === "compact") {
-        status.textContent = "Compacting…";
-        const out = await api.compact(this.id);
-        status.textContent = out.compacted
-          ? `Compacted: ${num(out.tokens_before)} → ${num(out.tokens_after)} tokens.`
-          : `Nothing to compact${out.reason ? `: ${out.reason}` : ""}.`;
-        this.refresh(true);
-      } else if (action === "delete") {
-        await api.remove(this.id);
-        $("composer-input").value = ""; // no draft kept: a session started again has none
-        this.ui.toast(`Deleted ${this.id}`);
-        location.hash = "#/";
-      }
-    } catch (err) {
-      status.textContent = "";
-      this.ui.handleError(err, `Could not ${action} the session`);
-    }
+  act(action) {
+    return act(this, action);
   }
 
   // Events that add rows (a turn's, a result cut as it came in) fetch the rows after those
