@@ -36,6 +36,7 @@ def _seconds(module: str, name: str) -> str:
         f"reconnects after {_seconds('api.js', 'RETRY_MS')} s, then 2, 4 … up to "
         f"{_seconds('api.js', 'RETRY_MAX_MS')} s",
         f"so does a stream silent for {_seconds('api.js', 'STALL_MS')} s",
+        f"paged back, {_constant('rows.js', 'PRESS_CHARS'):,} characters a press",
     ],
 )
 def test_a_figure_readme_gives_the_console_is_its_constant(phrase: str) -> None:

@@ -60,11 +60,16 @@ export function confirmAction(text) {
   });
 }
 
+// The proxy's own 401: the key it was sent is not one it takes.
+function signedOut(err) {
+  return err instanceof ApiError && err.status === 401 && err.challenged;
+}
+
 // The proxy's 401 anywhere: the key is wrong or missing; ask again (a provider's 401 it
 // relays is a toast: `challenged`). Else the error's toast, for `ms` (0: until the caller or
 // the person closes it, for a state that lasts, not an event).
 export function handleError(err, what, ms = 12000) {
-  if (err instanceof ApiError && err.status === 401 && err.challenged) {
+  if (signedOut(err)) {
     forgetKey();
     showLogin(err.message);
     return null;
@@ -230,7 +235,10 @@ async function readList(more) {
   } catch (err) {
     if (asked !== listing) return;
     reading(false);
-    if (handleError(err, "Could not list the sessions") && !more) listFailed(err);
+    // a first page's failure is said where the rows go (a live status) alone: a toast, an
+    // alert, saying it too was read out twice; the proxy's 401 still asks for the key
+    if (more || signedOut(err)) handleError(err, "Could not list the sessions");
+    else listFailed(err);
   }
 }
 

@@ -160,13 +160,14 @@ export function rawKey(row) {
 // A cut's marker when no copy was kept (persistRaw off, or secrets): "re-run the tool".
 const NO_COPY = /\n\[\.\.\. truncated \d+ chars(; re-run the tool if you need the rest| \(output contained secrets and was not kept; re-run the tool if you need it\)) \.\.\.\]\n/;
 
-// One message of the list, with its marks; onPage(row, li) for a result that can be paged
+// One message of the list, with its marks; `tool` the name of the tool a result answers;
+// onPage(row, li) for a result that can be paged
 // back (cut at ingestion, or evicted, folded into the summary since or not). A redacted one cannot: its secret is never stored, so
 // no copy of it is kept and the tool-outputs endpoint answers 404 for it; nor can one cut
 // with no copy kept (persistRaw off), truncated all the same, whose marker says so. Its text takes the
 // direction of its own first strong letter (dir="auto"): a right-to-left message reads so on
 // this left-to-right page.
-export function renderMessage(row, onPage, folded = false) {
+export function renderMessage(row, onPage, folded = false, tool = "") {
   const m = row.message || {};
   const marks = [];
   if (folded) marks.push(el("span", { class: "mark", "data-mark": "summarised", text: "in the summary" }));
@@ -190,9 +191,14 @@ export function renderMessage(row, onPage, folded = false) {
   const cleared = folded && contentText(m.content).startsWith("[context-cleared]");
   const kept = row.truncated && !NO_COPY.test(contentText(m.content));
   if ((kept || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
+    // named by its result too, out of sight: a screen reader's list of buttons tells one
+    // result's from another's, with the visible words first
+    const of = row.role === "tool" ? ` of ${tool ? `${tool} ` : ""}(${row.tool_call_id})`
+      : ` of message ${row.pos}`;
     li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
-      text: "Show the raw output",
-      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } }));
+      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } },
+    el("span", { class: "raw-status", text: "Show the raw output" }),
+    el("span", { class: "visually-hidden", text: of })));
   }
   return li;
 }

@@ -19,9 +19,12 @@
 // the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
-import { el, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
+import { el, num, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
 
-const PAGE_CHARS = 4000;
+// What a press on a raw output's button reads: pages of the proxy's on to this many
+// characters more. The proxy's page is the model's (the agent's maxChars, its context's
+// share), far less than a person reads through: a large spill took a press per page.
+export const PRESS_CHARS = 50000;
 export const WINDOW = 200; // the rows a first load shows, and "load earlier" adds
 
 export class MessageRows {
@@ -34,6 +37,7 @@ export class MessageRows {
     this.shown = 0; // how many of the rows the list shows
     this.boundary = 0; // the summary's boundary the list was folded at
     this.raw = new Map(); // a row's rawKey -> what was paged back
+    this.paging = new Set(); // the rawKeys a press is reading now
     this.cut = new Set(); // the handles context.truncated named since the last fetch began
     this.gone = new Set(); // the handles context.evicted named since the last fetch began
     this.dirty = []; // the indexes of held rows a fetch changed in place, for render
@@ -171,45 +175,74 @@ export class MessageRows {
 
   item(row) {
     const folded = row.pos < this.boundary && row.role !== "system" && row.role !== "developer";
-    const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded);
+    const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded, this.tool(row));
     if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
       this.showRaw(li, rawKey(row));
     }
     return li;
   }
 
-  // The raw output of a cut or evicted result, a page at a time (the proxy caps a page at
-  // the agent's maxChars; its header says which characters it holds). What was paged back
-  // is kept here, so a reload of the list does not lose it.
+  // The name of the tool a result answers: its own `name`, else the call of that id in the
+  // nearest row before it held ("" when that row is not loaded).
+  tool(row) {
+    if (row.role !== "tool") return "";
+    if (row.message && typeof row.message.name === "string") return row.message.name;
+    for (let i = this.rows.length - 1; i >= 0; i--) {
+      const calls = this.rows[i].pos < row.pos && this.rows[i].message?.tool_calls;
+      const call = (calls || []).find((c) => c && c.id === row.tool_call_id);
+      if (call) return call.function?.name || "";
+    }
+    return "";
+  }
+
+  // The raw output of a cut or evicted result, PRESS_CHARS a press: the proxy's pages (each
+  // capped at the agent's maxChars; its header says which characters it holds), shown as
+  // each comes. What was paged back is kept here, so a reload of the list does not lose it;
+  // a press while one reads is dropped (both read the same place, and showed it twice).
   async pageBack(row, li) {
     const key = rawKey(row);
-    const shown = this.raw.get(key) || { text: "", next: 0, total: 0 };
+    if (this.paging.has(key)) return;
+    this.paging.add(key);
     try {
-      const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PAGE_CHARS);
-      const { text, end } = unwrapPage(out.page, shown.next);
-      this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
-        capped: out.capped, original: out.original_bytes });
-      const current = this.list.querySelector(`[data-pos="${row.pos}"]`) || li;
-      this.showRaw(current, key);
+      for (let read = 0; read < PRESS_CHARS;) {
+        const before = this.raw.get(key);
+        const shown = before || { text: "", next: 0, total: 0 };
+        const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PRESS_CHARS - read);
+        if (this.raw.get(key) !== before) break; // forgotten meanwhile (a reset)
+        const { text, end } = unwrapPage(out.page, shown.next);
+        this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
+          capped: out.capped, original: out.original_bytes });
+        this.showRaw(this.list.querySelector(`[data-pos="${row.pos}"]`) || li, key, text);
+        if (end <= shown.next || end >= out.total_chars) break;
+        read += end - shown.next;
+      }
     } catch (err) {
       this.onError(err, "Could not page the output back");
+    } finally {
+      this.paging.delete(key);
+      this.showRaw(this.list.querySelector(`[data-pos="${row.pos}"]`) || li, key);
     }
   }
 
-  showRaw(li, key) {
+  // What was paged back of `key`, in its row `li`: `added` (a page read now) goes after the
+  // text shown, a spill's megabytes not set again at each page; else the whole text.
+  showRaw(li, key, added = null) {
     const shown = this.raw.get(key);
     if (!shown) return;
     let pre = li.querySelector("[data-testid=raw-output]");
-    if (!pre) {
-      pre = el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" });
-      li.append(pre);
+    if (pre && added !== null) {
+      pre.append(added);
+    } else {
+      pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
+      pre.textContent = shown.text;
     }
-    pre.textContent = shown.text;
     const button = li.querySelector("[data-testid=raw-page]");
-    button.textContent = rawStatus(shown);
-    // all read: it takes no press (renderMessage), yet keeps the focus, which a disabled
-    // button gives up to the page's body, where the keyboard's place is lost
-    button.setAttribute("aria-disabled", String(shown.next >= shown.total));
+    const reading = this.paging.has(key);
+    button.querySelector(".raw-status").textContent = reading
+      ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown);
+    // reading, or all read: it takes no press (renderMessage), yet keeps the focus, which a
+    // disabled button gives up to the page's body, where the keyboard's place is lost
+    button.setAttribute("aria-disabled", String(reading || shown.next >= shown.total));
   }
 }
 

@@ -1,36 +1,21 @@
 // The session view: usage panel, summary, the message list (rows.js), the actions, the
 // composer (composer.js), the memory prompt (memory.js) and the live event stream.
 
+import { act } from "./actions.js";
 import { api, followEvents } from "./api.js";
 import { Composer, sendable } from "./composer.js";
 import { LiveView } from "./live.js";
 import { MemoryPrompt } from "./memory.js";
 import { handoffText, num, renderSummary, renderUsage } from "./render.js";
 import { MessageRows, WINDOW } from "./rows.js";
+import { atEnd, toEnd } from "./scroll.js";
 
 const $ = (id) => document.getElementById(id);
 
-// The page is scrolled to (about) its end.
-function atEnd() {
-  const page = document.scrollingElement;
-  return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
-}
-
-// The page scrolled to the composer, and again a few frames on while the page's height
-// changes: a row out of sight is laid out at a guessed height (app.css), and the rows
-// scrolled into sight take their own once they are drawn, a frame or two later. The reader's
-// own hand (a wheel, a touch, a key, a press) ends it: who scrolls up meanwhile stays there.
-let run = 0; // the toEnd that follows the tail; any other's frames left do nothing
-for (const type of ["wheel", "touchmove", "keydown", "pointerdown"]) {
-  addEventListener(type, () => { run += 1; }, { capture: true, passive: true });
-}
-
-function toEnd(frames = 10, height = -1, mine = ++run) {
-  const page = document.scrollingElement;
-  if (mine !== run || page.scrollHeight === height) return;
-  $("composer").scrollIntoView({ block: "end" });
-  const now = page.scrollHeight;
-  if (frames) requestAnimationFrame(() => requestAnimationFrame(() => toEnd(frames - 1, now, mine)));
+// A failure a later try may not meet: no answer came (the proxy away), a 5xx, a timeout or
+// too many requests; another 4xx (a refusal) answers the same again.
+function passing(err) {
+  return !(err.status >= 400 && err.status < 500) || err.status === 408 || err.status === 429;
 }
 
 export class SessionView {
@@ -44,6 +29,9 @@ export class SessionView {
     this.whole = false; // the next load reloads the whole history
     this.handoff = null; // the toast of this session's handoff nudge
     this.lost = null; // the toast saying the event stream stopped, until it is back
+    this.failed = null; // the toast saying a load failed, until one succeeds
+    this.tries = 0; // loads failed in a row: the next try waits longer (retryLater)
+    this.retry = null; // the timer of the next try
     this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what));
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.composer = new Composer(this);
@@ -141,6 +129,29 @@ export class SessionView {
     this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
     if (this.lost) this.lost.remove();
+    if (this.failed) this.failed.remove();
+    clearTimeout(this.retry);
+  }
+
+  // A load that failed (the proxy away or restarting, a 5xx) is tried again by itself, 1 s
+  // on, then twice as long each time up to 30 s: an event stream that stays healthy brings
+  // no event that loads the view again, which stayed empty until a reload. The failure is
+  // said once, until a load succeeds (each try does not raise another alert).
+  retryLater(err) {
+    if (!this.failed || !this.failed.isConnected) {
+      this.failed = this.ui.handleError(err, "Could not load the session; trying again", 0);
+      if (!this.failed) return; // a 401: signed out, nothing to try again
+    }
+    clearTimeout(this.retry);
+    this.retry = setTimeout(() => this.refresh(true), Math.min(30000, 1000 * 2 ** this.tries));
+    this.tries += 1;
+  }
+
+  // A load succeeded: the failure is no longer so, and no try is pending.
+  loaded() {
+    this.tries = 0;
+    clearTimeout(this.retry);
+    if (this.failed) { this.failed.remove(); this.failed = null; }
   }
 
   // One load at a time, and at most one more queued: a burst of events while one runs
@@ -184,6 +195,7 @@ export class SessionView {
       const [session, rows] = await Promise.all([
         asked, this.messages.fetch(whole, async () => (await asked).message_count || 0)]);
       if (this.abort.signal.aborted) return;
+      this.loaded();
       const stick = this.session === null || atEnd(); // opening, or following the tail
       this.session = session;
       if (session.created_at) this.composer.known(session.created_at);
@@ -204,6 +216,7 @@ export class SessionView {
           this.memory.hide();
           if (this.handoff) this.handoff.remove();
         }
+        this.loaded(); // an answer: no such session, which a try again does not change
         this.session = null;
         this.composer.known(null); // a turn of the deleted session's ends
         this.messages.clear();
@@ -215,7 +228,8 @@ export class SessionView {
       // refused (a key limited to other agents): said where the session's details go too,
       // so the view does not pass for an empty session once the toast has gone
       if (err.status === 403) $("session-meta").textContent = `Refused: ${err.message}`;
-      this.ui.handleError(err, "Could not load the session");
+      if (passing(err)) this.retryLater(err);
+      else this.ui.handleError(err, "Could not load the session");
     }
   }
 
@@ -264,10 +278,14 @@ export class SessionView {
   // history changed meanwhile) reload the window instead. It takes its turn with the loads
   // (`refreshing`): a reload of the window begun before it would otherwise end after it and
   // drop the rows it added, and one asked for meanwhile waits for it. The button is not
-  // disabled while it loads: a disabled button loses the keyboard's focus.
+  // disabled while it loads: a disabled button loses the keyboard's focus. The last press
+  // hides it: the focus on it goes to the first row, which it added (left on a hidden
+  // button, it fell to the page's body, and a screen reader said nothing of where it was).
   async earlier() {
     if (this.loadingEarlier) return;
     this.loadingEarlier = true;
+    const button = $("load-earlier");
+    const pressed = document.activeElement === button; // from the keyboard
     try {
       while (this.refreshing) await this.refreshing;
       const step = this.messages.earlier(this.abort.signal);
@@ -279,6 +297,12 @@ export class SessionView {
     } finally {
       this.loadingEarlier = false;
       if (!this.abort.signal.aborted) this.showEarlier();
+      const first = $("message-list").firstElementChild;
+      const left = [button, document.body].includes(document.activeElement);
+      if (pressed && left && button.hidden && first) {
+        first.tabIndex = -1;
+        first.focus();
+      }
     }
   }
 
@@ -291,42 +315,8 @@ export class SessionView {
       `(${num(before)} not shown)`;
   }
 
-  async act(action) {
-    const questions = {
-      branch: `Branch ${this.id} into a new session with a copy of its history?`,
-      reset: `Reset ${this.id}? Its messages, raw outputs and summaries are forgotten.`,
-      compact: `Compact ${this.id} now? Its older messages are folded into a summary.`,
-      delete: `Delete ${this.id} and everything it owns? This cannot be undone.`,
-    };
-    if (!(await this.ui.confirmAction(questions[action]))) return;
-    const status = $("status-line");
-    try {
-      if (action === "branch") {
-        const out = await api.branch(this.id);
-        this.ui.toast(`Branched into ${out.id}`);
-        location.hash = `#/s/${encodeURIComponent(out.id)}`;
-      } else if (action === "reset") {
-        await api.reset(this.id);
-        this.messages.raw.clear(); // forgotten with it: the new rows may reuse a tool_call_id
-        status.textContent = "Session reset.";
-        this.refresh(true);
-      } else if (action === "compact") {
-        status.textContent = "Compacting…";
-        const out = await api.compact(this.id);
-        status.textContent = out.compacted
-          ? `Compacted: ${num(out.tokens_before)} → ${num(out.tokens_after)} tokens.`
-          : `Nothing to compact${out.reason ? `: ${out.reason}` : ""}.`;
-        this.refresh(true);
-      } else if (action === "delete") {
-        await api.remove(this.id);
-        $("composer-input").value = ""; // no draft kept: a session started again has none
-        this.ui.toast(`Deleted ${this.id}`);
-        location.hash = "#/";
-      }
-    } catch (err) {
-      status.textContent = "";
-      this.ui.handleError(err, `Could not ${action} the session`);
-    }
+  act(action) {
+    return act(this, action);
   }
 
   // Events that add rows (a turn's, a result cut as it came in) fetch the rows after those

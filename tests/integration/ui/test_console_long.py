@@ -350,7 +350,8 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
     """The first load asks for and shows the last WINDOW rows, scrolled to the newest, by the
     composer, the usage panel still in sight; a turn fetches only the rows after the last one,
     the page following them down; "load earlier" (Enter on it, the focus staying on it) adds
-    the WINDOW rows before them, in order, then the rest, and goes when none is left."""
+    the WINDOW rows before them, in order, then the rest, and goes when none is left, its focus
+    to the first row."""
     sid = "medium"
     _medium(console_proxy, fake_upstream, sid, 150)  # 452 rows
     asked: list[str] = []
@@ -390,6 +391,8 @@ def test_a_long_session_opens_on_its_last_rows_and_loads_earlier_ones_from_the_k
     assert page.evaluate("document.activeElement.dataset.testid") == "load-earlier"
     page.keyboard.press("Enter")
     earlier.wait_for(state="hidden")
+    # its focus goes to the first row it added, not to the page's body with the hidden button
+    wait_for(lambda: page.evaluate("document.activeElement.dataset.pos") == "0", page)
     positions = [int(p) for p in rows.evaluate_all("(ns) => ns.map((n) => n.dataset.pos)")]
     assert positions == list(range(454))
     assert [u for u in asked if "limit=200&offset=52" in u]

@@ -153,7 +153,7 @@ def test_a_proxy_out_of_reach_is_said_in_the_consoles_words(
     chromium, others elsewhere), which name neither the proxy nor what to do."""
     console.page.route("**/v1/sessions?*", lambda route: route.abort())
     page = sign_in(console)
-    page.get_by_test_id("toast").filter(has_text="the proxy could not be reached").wait_for()
+    page.locator("#list-empty").filter(has_text="the proxy could not be reached").wait_for()
     console.errors.clear()  # the aborted read's own console line
 
 

@@ -87,7 +87,7 @@ def test_another_keys_sign_in_shows_none_of_the_last_keys_sessions(
     page.get_by_test_id("login-key").wait_for()
     page.route("**/v1/sessions?*", lambda route: route.abort())
     _sign_in(console, OTHER)
-    page.get_by_test_id("toast").filter(has_text="Could not list the sessions").first.wait_for()
+    page.locator("#list-empty").filter(has_text="Could not list the sessions").wait_for()
     assert rows.count() == 0
     assert page.get_by_test_id("sessions-more").is_hidden()
     assert page.get_by_test_id("session-filter").input_value() == ""
