@@ -92,10 +92,11 @@ class _Parser(argparse.ArgumentParser):
     after the message's masking, which would take a word of it for a key equal to it."""
 
     def error(self, message: str) -> NoReturn:
-        hint = self.hint
+        hint, unplaced = self.hint, self.unplaced
         if message.startswith("argument COMMAND: invalid choice"):
             hint = usage.valued_before(self, self.given, self.names)
-        message = usage.unquoted_secrets(message, self.given, self.names, self.unplaced)
+        unplaced += usage.unnamed_choice(message, self.given, self.names)
+        message = usage.unquoted_secrets(message, self.given, self.names, unplaced)
         if hint:
             from proxy.logs import masked  # an error's path alone: loads light
 

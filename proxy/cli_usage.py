@@ -21,6 +21,7 @@ __all__ = [
     "names",
     "shown_tokens",
     "unmarked",
+    "unnamed_choice",
     "unquoted_secrets",
     "valued_before",
 ]
@@ -156,6 +157,24 @@ def unmarked(
         if not token.startswith("-") and not after_option and not plain and len(token) >= 3:
             found.append(token)
     return tuple(found)
+
+
+def unnamed_choice(message: str, given: Sequence[str], names: Collection[str]) -> tuple[str, ...]:
+    """The argument argparse's ``invalid choice`` quotes (``cascade-proxy K sessions ls``: a
+    key given without its option, read as the command's name) when it is neither a word in
+    lower case nor close to a command's name: a mistyped command (``sesions``, ``run``) stays
+    readable, and what looks like no command at all, which may be a key, is not quoted; an
+    option's value (``--keyfile k.pem``) is marked by the option's name."""
+    if "invalid choice: " not in message:
+        return ()
+    for i, token in enumerate(given):
+        valued = i > 0 and given[i - 1].startswith("-") and "=" not in given[i - 1]
+        if token.startswith("-") or token in names or repr(token) not in message or valued:
+            continue
+        if re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token) or difflib.get_close_matches(token, names):
+            return ()
+        return (token,)
+    return ()
 
 
 def unquoted_secrets(
