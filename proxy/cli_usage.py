@@ -38,11 +38,11 @@ def misplaced(
     --json sessions ls``), which the top parser does not take: the error is the command's,
     whose usage lists the option, so it says where the option goes: after the action's
     name (``sessions ls --limit=1``), which takes each of its options, where ``sessions``
-    takes its client options alone; else nothing."""
+    takes its client options alone; else nothing, as for an argument no option takes
+    (``unplaced``), which the corrected command would be refused for in turn."""
     given = list(sys.argv[1:] if argv is None else argv)
     at = given.index(args.command) if args.command in given else 0
-    known = command._option_string_actions
-    if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+    if at == 0 or unplaced or not _all_known(given[:at], command._option_string_actions):
         return ""
     action = getattr(args, "action", None)
     end = given.index(action, at + 1) if action in given[at + 1 :] else at
@@ -50,6 +50,21 @@ def misplaced(
     moved = [*shown[at : end + 1], *shown[:at], *shown[end + 1 :]]
     named = args.command if end == at else f"{args.command} {action}"
     return f" (an option of {named} goes after the command's name: cascade-proxy {_join(moved)})"
+
+
+def _all_known(tokens: Sequence[str], known: dict[str, argparse.Action]) -> bool:
+    """Whether each option of ``tokens`` is one of ``known``; the token after one that takes
+    a value (``--api-key -K``: a key may start with ``-``) is that value, no option."""
+    value_next = False
+    for token in tokens:
+        name, eq, _ = token.partition("=")
+        if value_next or not token.startswith("-"):
+            value_next = False
+            continue
+        if name not in known:
+            return False
+        value_next = not eq and known[name].nargs != 0
+    return True
 
 
 def valued_before(

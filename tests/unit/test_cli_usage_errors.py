@@ -82,7 +82,7 @@ def test_a_url_with_blanks_around_it_is_refused_not_trimmed(
     "argv",
     [
         ["sessions", "ls", _KEY],  # the key of no known shape, given without --api-key
-        ["--json", "sessions", "ls", _KEY],  # and moved by the hint
+        ["--json", "sessions", "ls", _KEY],  # no hint: its command would be refused too
         ["memory", "ls", "--json", _KEY],  # after a flag: no value of it
         [_KEY, "sessions", "ls"],  # read as the command's name: argparse's invalid choice
         ["sessions", _KEY, "ls"],  # and as the action's
@@ -123,6 +123,7 @@ def test_what_names_itself_or_a_count_is_quoted(
     ("argv", "hint"),
     [
         (["--api-key", _KEY, "sessions", "ls"], "sessions ls --api-key ***"),
+        (["--api-key", f"-{_KEY}", "sessions", "ls"], "sessions ls --api-key ***"),  # no hint
         (["--api-key", "option", "sessions", "ls"], "sessions ls --api-key ***"),  # a hint's word
         (["--api-key=" + _KEY, "--json", "sessions", "ls"], "sessions ls --api-key=*** --json"),
         (["--api-key", f"Bearer {_KEY}", "memory", "ls"], "memory ls --api-key 'Bearer ***'"),
@@ -143,3 +144,8 @@ def test_the_hint_for_a_misplaced_key_is_the_corrected_command_with_the_key_mask
     assert f" goes after the command's name: cascade-proxy {hint})\n" in err, err
     assert "(an option of " in err
     assert _KEY not in err
+
+
+def test_no_hint_names_a_command_line_refused_in_turn(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json sessions ls K``: moved after ``ls``, ``--json`` still leaves ``K`` unplaced."""
+    assert "goes after" not in _refused(["--json", "sessions", "ls", _KEY], capsys)
