@@ -84,3 +84,25 @@ def test_every_variable_the_project_reads_is_in_readme() -> None:
 def test_readme_says_where_the_test_helpers_variables_are_described() -> None:
     assert "`CASCADE_TEST_*`" in TEXT
     assert "each described in the module that reads it" in " ".join(TEXT.split())
+
+
+def test_the_image_and_the_pins_readme_names_are_the_files() -> None:
+    """Deploying's base image, user, tiktoken folder and health check, the Compose database
+    image, and the LiteLLM version Layout names are those of the files that set them."""
+    from bench.litellm_env import REQUIREMENT
+
+    docker = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    base = re.findall(r"^FROM (\S+)", docker, re.M)[-1]
+    user = re.findall(r"^USER (\d+)", docker, re.M)[-1]
+    cache = re.search(r"TIKTOKEN_CACHE_DIR=(\S+)", docker)
+    database = re.search(r"image: (pgvector/\S+)", compose)
+    assert cache is not None and database is not None
+    flat = " ".join(TEXT.split())
+    assert f"`Dockerfile`, `{base}`" in flat
+    assert f"It runs as user {user}, who owns `/data`" in flat
+    assert f"`TIKTOKEN_CACHE_DIR={cache[1]}`" in flat
+    assert "HEALTHCHECK" in docker and "/healthz" in docker.split("HEALTHCHECK")[1]
+    assert "The health check asks `/healthz`" in flat
+    assert f"{database[1]} beside it" in flat
+    assert f"`{REQUIREMENT}`" in flat
