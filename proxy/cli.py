@@ -33,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:  # `2>&-`: print(file=None) would write each error line on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
     _Parser.given = tuple(sys.argv[1:] if argv is None else argv)
+    _Parser.hint, _Parser.unplaced = "", ()  # an earlier call's, in one process (tests)
     try:
         parser = _parser()
         _Parser.names = usage.names(parser)
@@ -195,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         _client_options(a)
         if action != "ls":
-            a.add_argument("id", type=arg.path_session_id, help="the session id")
+            a.add_argument("id", metavar="ID", type=arg.path_session_id, help="the session id")
         if action in ("ls", "messages"):
             most = arg.LIST_MAX if action == "ls" else arg.MESSAGES_MAX
             _page_options(a, 100 if action == "ls" else 1000, most, cursor=action == "ls")
@@ -318,10 +319,13 @@ def _memory_parser(sub: Any) -> None:
         if action == "ls":
             _page_options(a, 100, arg.LIST_MAX, cursor=True)
         if action == "add":
-            a.add_argument("text", help="the fact, one sentence")
+            a.add_argument("text", metavar="TEXT", help="the fact, one sentence")
         if action == "rm":
             a.add_argument(
-                "id", type=arg.count(1, arg.BIGINT_MAX), help="the fact's id (see 'memory ls')"
+                "id",
+                metavar="ID",
+                type=arg.count(1, arg.BIGINT_MAX),
+                help="the fact's id (see 'memory ls')",
             )
         if action == "suggestions":
             a.add_argument(
@@ -332,7 +336,10 @@ def _memory_parser(sub: Any) -> None:
             _page_options(a, 100, arg.LIST_MAX, cursor=True)
         if action in ("accept", "reject"):
             a.add_argument(
-                "id", type=arg.suggestion_id, help="the suggestion's id (see 'memory suggestions')"
+                "id",
+                metavar="ID",
+                type=arg.suggestion_id,
+                help="the suggestion's id (see 'memory suggestions')",
             )
         if action == "accept":
             a.add_argument(

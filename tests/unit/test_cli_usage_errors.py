@@ -12,6 +12,7 @@ from proxy import cli_args
 from proxy.api.memory import list_facts, list_suggestions
 from proxy.api.sessions import list_messages, list_sessions
 from proxy.cli import main
+from tests.unit.readme import TEXT
 
 _KEY = "K9xq2vTz"
 
@@ -149,3 +150,21 @@ def test_the_hint_for_a_misplaced_key_is_the_corrected_command_with_the_key_mask
 def test_no_hint_names_a_command_line_refused_in_turn(capsys: pytest.CaptureFixture[str]) -> None:
     """``--json sessions ls K``: moved after ``ls``, ``--json`` still leaves ``K`` unplaced."""
     assert "goes after" not in _refused(["--json", "sessions", "ls", _KEY], capsys)
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["sessions", "show"], "ID"),
+        (["sessions", "branch"], "ID"),
+        (["memory", "rm"], "ID"),
+        (["memory", "accept"], "ID"),
+        (["memory", "add"], "TEXT"),
+    ],
+)
+def test_a_positional_is_named_as_readme_names_it(
+    command: list[str], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's ``show ID``, ``add [--scope] TEXT``: the usage and its errors said ``id``."""
+    assert f"`{command[1]} {name}" in " ".join(TEXT.split()) or f"] {name}`" in TEXT
+    assert f"arguments are required: {name}\n" in _refused(command, capsys)
