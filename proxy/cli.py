@@ -33,14 +33,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:  # `2>&-`: print(file=None) would write each error line on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process)
     _Parser.given = tuple(sys.argv[1:] if argv is None else argv)
+    _Parser.hint, _Parser.unplaced = "", ()  # an earlier call's, in one process (tests)
     try:
         parser = _parser()
         _Parser.names = usage.names(parser)
         args, extra = parser.parse_known_args(argv)
         if extra:  # said by the command's parser, with its usage, not by the top one's
             command = usage.command_parser(parser, args)
-            hint = usage.misplaced(command, argv, args)
-            command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+            _Parser.unplaced = usage.unmarked(extra, _Parser.names, command._option_string_actions)
+            _Parser.hint = usage.misplaced(command, argv, args, _Parser.names, _Parser.unplaced)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
         from proxy.cli_run import run  # the heavy imports, under this guard
 
         return run(args)
@@ -84,11 +86,22 @@ class _Parser(argparse.ArgumentParser):
     """The command line ``main`` reads, whose secrets an error masks."""
     names: frozenset[str] = frozenset()
     """Each command's and action's name, which no secret option's value is taken as."""
+    unplaced: tuple[str, ...] = ()
+    """The arguments no parser took that nothing marks as what they are, masked too."""
+    hint: str = ""
+    """Where a misplaced option goes: a command line built with its secrets masked, added
+    after the message's masking, which would take a word of it for a key equal to it."""
 
     def error(self, message: str) -> NoReturn:
+        hint, unplaced = self.hint, self.unplaced
         if message.startswith("argument COMMAND: invalid choice"):
-            message += usage.valued_before(self, self.given)
-        message = usage.unquoted_secrets(message, self.given, self.names)
+            hint = usage.valued_before(self, self.given, self.names)
+        unplaced += usage.unnamed_choice(message, self.given, self.names)
+        message = usage.unquoted_secrets(message, self.given, self.names, unplaced)
+        if hint:
+            from proxy.logs import masked  # an error's path alone: loads light
+
+            message += masked(hint)
         if os.environ.get("CASCADE_LOG_FORMAT", "").strip().lower() != "json":
             super().error(message)
         from proxy.cli_run import refuse  # only now: the console script loads light
@@ -190,9 +203,10 @@ def _parser() -> argparse.ArgumentParser:
         )
         _client_options(a)
         if action != "ls":
-            a.add_argument("id", type=arg.path_session_id, help="the session id")
+            a.add_argument("id", metavar="ID", type=arg.path_session_id, help="the session id")
         if action in ("ls", "messages"):
-            _page_options(a, 100 if action == "ls" else 1000, cursor=action == "ls")
+            most = arg.LIST_MAX if action == "ls" else arg.MESSAGES_MAX
+            _page_options(a, 100 if action == "ls" else 1000, most, cursor=action == "ls")
         if action == "ls":
             a.add_argument(
                 "--filter",
@@ -216,13 +230,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _page_options(p: argparse.ArgumentParser, limit: int, *, cursor: bool = False) -> None:
-    """``--limit`` (default ``limit``) and ``--offset``, as the API's lists take them; with
+def _page_options(
+    p: argparse.ArgumentParser, limit: int, most: int, *, cursor: bool = False
+) -> None:
+    """``--limit`` (default ``limit``, at most ``most``, the API's largest page: above it
+    a usage error, as an ``--offset`` past a bigint is, not the API's 400 naming its
+    ``query.limit``) and ``--offset``, as the API's lists take them; with
     ``cursor``, ``--cursor`` (a page's ``next_cursor``) too, a usage error beside
     ``--offset`` as the API's 400. That ``--offset`` defaults to None (read as 0): argparse
     takes an option as given when its value is not the default object, and 0 is always 0."""
     p.add_argument(
-        "--limit", type=arg.count(1), default=limit, help="how many to list (default %(default)s)"
+        "--limit",
+        type=arg.count(1, most),
+        default=limit,
+        help=f"how many to list, at most {most} (default %(default)s)",
     )
     start = p.add_mutually_exclusive_group() if cursor else p
     start.add_argument(
@@ -303,12 +324,15 @@ def _memory_parser(sub: Any) -> None:
                 "--scope", default="global", help="'global' or 'agent:<name>' (default %(default)s)"
             )
         if action == "ls":
-            _page_options(a, 100, cursor=True)
+            _page_options(a, 100, arg.LIST_MAX, cursor=True)
         if action == "add":
-            a.add_argument("text", help="the fact, one sentence")
+            a.add_argument("text", metavar="TEXT", help="the fact, one sentence")
         if action == "rm":
             a.add_argument(
-                "id", type=arg.count(1, arg.BIGINT_MAX), help="the fact's id (see 'memory ls')"
+                "id",
+                metavar="ID",
+                type=arg.count(1, arg.BIGINT_MAX),
+                help="the fact's id (see 'memory ls')",
             )
         if action == "suggestions":
             a.add_argument(
@@ -316,10 +340,13 @@ def _memory_parser(sub: Any) -> None:
                 default="",
                 help="only this session's suggestions (default: every session's)",
             )
-            _page_options(a, 100, cursor=True)
+            _page_options(a, 100, arg.LIST_MAX, cursor=True)
         if action in ("accept", "reject"):
             a.add_argument(
-                "id", type=arg.suggestion_id, help="the suggestion's id (see 'memory suggestions')"
+                "id",
+                metavar="ID",
+                type=arg.suggestion_id,
+                help="the suggestion's id (see 'memory suggestions')",
             )
         if action == "accept":
             a.add_argument(

@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 __all__ = [
     "BIGINT_MAX",
+    "LIST_MAX",
+    "MESSAGES_MAX",
     "count",
     "host",
     "path_session_id",
@@ -32,6 +34,12 @@ def port(text: str) -> int:
 
 BIGINT_MAX = 2**63 - 1
 """The largest offset or fact id the API takes (a Postgres bigint; ``proxy.api.deps``)."""
+
+LIST_MAX = 1000
+"""The largest page of sessions, facts or suggestions the API gives (its ``limit``'s ``le``)."""
+
+MESSAGES_MAX = 10000
+"""The largest page of a session's messages the API gives."""
 
 
 def count(least: int, most: int | None = None) -> Callable[[str], int]:

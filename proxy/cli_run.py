@@ -207,6 +207,13 @@ def _sessions(args: argparse.Namespace) -> int:
     if not given:
         listen = Listen()
         given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
+    if given != given.strip():  # refused, not trimmed: a script gave what it did not mean
+        print(
+            f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has blanks "
+            "around it (a space, a tab or a line break), which no URL has; give it without",
+            file=sys.stderr,
+        )
+        return 2
     url = origin_of(given)
     if not _utf8(url):  # the shell's bytes as surrogates: httpx's quoting would raise
         print(

@@ -15,30 +15,61 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any
 
-__all__ = ["command_parser", "misplaced", "names", "unquoted_secrets", "valued_before"]
+__all__ = [
+    "command_parser",
+    "misplaced",
+    "names",
+    "shown_tokens",
+    "unmarked",
+    "unnamed_choice",
+    "unquoted_secrets",
+    "valued_before",
+]
 
 
-def misplaced(command: argparse.ArgumentParser, argv: Sequence[str] | None, args: Any) -> str:
+def misplaced(
+    command: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    args: Any,
+    names: Collection[str] = (),
+    unplaced: Collection[str] = (),
+) -> str:
     """The hint for a command's option given before the command's name (``cascade-proxy
     --json sessions ls``), which the top parser does not take: the error is the command's,
     whose usage lists the option, so it says where the option goes: after the action's
     name (``sessions ls --limit=1``), which takes each of its options, where ``sessions``
-    takes its client options alone; else nothing."""
+    takes its client options alone; else nothing, as for an argument no option takes
+    (``unplaced``), which the corrected command would be refused for in turn."""
     given = list(sys.argv[1:] if argv is None else argv)
     at = given.index(args.command) if args.command in given else 0
-    known = command._option_string_actions
-    if at == 0 or any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
+    if at == 0 or unplaced or not _all_known(given[:at], command._option_string_actions):
         return ""
     action = getattr(args, "action", None)
     end = given.index(action, at + 1) if action in given[at + 1 :] else at
-    moved = [*given[at : end + 1], *given[:at], *given[end + 1 :]]
+    shown = shown_tokens(given, names, unplaced)
+    moved = [*shown[at : end + 1], *shown[:at], *shown[end + 1 :]]
     named = args.command if end == at else f"{args.command} {action}"
-    return f" (an option of {named} goes after the command's name: cascade-proxy " + (
-        f"{shlex.join(moved)})"
-    )
+    return f" (an option of {named} goes after the command's name: cascade-proxy {_join(moved)})"
 
 
-def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
+def _all_known(tokens: Sequence[str], known: dict[str, argparse.Action]) -> bool:
+    """Whether each option of ``tokens`` is one of ``known``; the token after one that takes
+    a value (``--api-key -K``: a key may start with ``-``) is that value, no option."""
+    value_next = False
+    for token in tokens:
+        name, eq, _ = token.partition("=")
+        if value_next or not token.startswith("-"):
+            value_next = False
+            continue
+        if name not in known:
+            return False
+        value_next = not eq and known[name].nargs != 0
+    return True
+
+
+def valued_before(
+    top: argparse.ArgumentParser, given: Sequence[str], names: Collection[str] = ()
+) -> str:
     """The hint for a command's option with a value given before the command's name
     (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
     its value as the command's name, an invalid choice. The options go after the rest,
@@ -51,7 +82,8 @@ def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
     known = _named_parser(top, given[at:])._option_string_actions
     if any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
         return ""
-    moved = shlex.join([*given[at:], *given[:at]])
+    shown = shown_tokens(given, names)
+    moved = _join([*shown[at:], *shown[:at]])
     return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
 
 
@@ -77,50 +109,145 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 # An option whose name says it holds a credential (as a query parameter's does, proxy.
 # credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted. The word ends
 # the name (--db-password, --oauth, --credentials), so a value that is none (--tokenizer,
-# --passes, --keyfile: the mistake is the option) stays readable.
+# --passes, --keyfile: the mistake is the option) stays readable, and so does a count's
+# (--max-tokens, --num-keys): a word of _COUNTS in the name says the value is a number.
 _SECRET_OPTION = re.compile(
     r"--[\w-]*(?:key|token|secret|pass|cred|auth)(?:word|wd|phrase|entials?|orization)?s?$",
     re.IGNORECASE,
 )
-
+_COUNTS = frozenset({"max", "min", "num", "count", "limit", "total", "n"})
 
 _SCHEMES = ("bearer", "basic", "token")
 """An Authorization header's schemes, which a key copied from the header starts with."""
 
+MASK = "***"
 
-def unquoted_secrets(message: str, given: Sequence[str], names: Collection[str]) -> str:
-    """``message`` with each value given to an option holding a secret (``--api-key``, its
-    prefixes argparse takes, ``--a`` too, ``--api-kye``; a next token that is no long
-    option, as a key may start with ``-``) as ``***``, and each URL's user and password
+
+def _secret_option(name: str) -> bool:
+    words = set(re.split(r"[-_]+", name.lstrip("-").lower()))
+    return bool(_SECRET_OPTION.match(name)) and not words & _COUNTS
+
+
+def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str]]:
+    """Each token of ``given`` holding a secret, by its place, with the secrets it holds:
+    the value given to an option holding one (``--api-key``, its prefixes argparse takes,
+    ``--a`` too, ``--api-kye``, any short option: none but ``-h`` is cascade-proxy's, and
+    another command's habit may hold a credential, curl's ``-u user:password``), in the
+    option's token (``--api-key=K``) or the next one, which is no long option (a key may
+    start with ``-``) and no command's name (``--api-key sessions ls``, the key in the
+    environment); and the token after an authorization scheme given as the value
+    (``--api-key Bearer K``)."""
+    found: dict[int, list[str]] = {}
+    for i, token in enumerate(given):
+        name, eq, value = token.partition("=")
+        short = len(name) == 2 and name[0] == "-" and name[1].isalpha() and name != "-h"
+        if not (short or _secret_option(name) or _near("--api-key", name)):
+            continue
+        at = i  # the token holding the value
+        if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
+            at, value = i + 1, "" if given[i + 1] in names else given[i + 1]
+        scheme, blank, rest = value.partition(" ")
+        if blank and scheme.lower() in _SCHEMES and rest.strip():  # "Bearer K" as one token
+            value = rest
+        if len(value) >= 3:
+            found.setdefault(at, []).append(value)
+        if value.lower() in _SCHEMES and at + 1 < len(given) and len(given[at + 1]) >= 3:
+            found.setdefault(at + 1, []).append(given[at + 1])  # "Bearer K": K, an extra
+    return found
+
+
+def unmarked(
+    extra: Sequence[str], names: Collection[str], known: Collection[str] = ()
+) -> tuple[str, ...]:
+    """The arguments of ``extra`` (those no parser took) that nothing marks as what they
+    are: not an option, nor the value after an option the command does not know (``--bogus
+    value``: the option's name says what it holds; after a ``known`` one, ``--json K``, it
+    is none), nor a number or a command's name. One may be a key given without its option
+    (``sessions ls K``), which no shape gives away: it is never quoted."""
+    found = []
+    for i, token in enumerate(extra):
+        before = extra[i - 1] if i else ""
+        after_option = before.startswith("-") and "=" not in before and before not in known
+        plain = token in names or re.fullmatch(r"-?\d+", token)
+        if not token.startswith("-") and not after_option and not plain and len(token) >= 3:
+            found.append(token)
+    return tuple(found)
+
+
+def unnamed_choice(message: str, given: Sequence[str], names: Collection[str]) -> tuple[str, ...]:
+    """The argument argparse's ``invalid choice`` quotes (``cascade-proxy K sessions ls``: a
+    key given without its option, read as the command's name) when it is neither a word in
+    lower case nor close to a command's name: a mistyped command (``sesions``, ``run``) stays
+    readable, and what looks like no command at all, which may be a key, is not quoted; an
+    option's value (``--keyfile k.pem``) is marked by the option's name."""
+    if "invalid choice: " not in message:
+        return ()
+    for i, token in enumerate(given):
+        valued = i > 0 and given[i - 1].startswith("-") and "=" not in given[i - 1]
+        if token.startswith("-") or token in names or repr(token) not in message or valued:
+            continue
+        if re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token) or difflib.get_close_matches(token, names):
+            return ()
+        return (token,)
+    return ()
+
+
+def unquoted_secrets(
+    message: str, given: Sequence[str], names: Collection[str], unplaced: Sequence[str] = ()
+) -> str:
+    """``message`` with each secret the command line gave (:func:`_secrets`) and each
+    argument ``unplaced`` (:func:`unmarked`) as ``***``, and each URL's user and password
     cut out (``--url``, ``--database-url``): argparse quotes a token it cannot place, and
     one given before the command's name (``cascade-proxy --api-key K sessions ls``) is
     read as that name, so the line, kept in a CI log, would carry the key. Then what every
     log line masks (``proxy.logs.masked``: a key by its shape, a ``Bearer`` token, a
     credential query parameter), for a key given where no option names it, which argparse
-    writes before, and without, any log line's masking. A command's name (one of ``names``)
-    after a secret option is no value (``--api-key sessions ls``, the key in the
-    environment), nor are argparse's words after ``argument --api-key:``. A short option
-    is a secret one too: none but ``-h`` is cascade-proxy's, and another command's habit
-    may hold a credential (curl's ``-u user:password``, mysql's ``-p``). The token after
-    an authorization scheme given as the value (``--api-key Bearer K``) is one too."""
+    writes before, and without, any log line's masking. argparse's words after ``argument
+    --api-key:`` are no value."""
     from proxy.logs import masked, without_credentials  # an error's path alone: loads light
 
-    for i, token in enumerate(given):
-        name, eq, value = token.partition("=")
-        short = len(name) == 2 and name[0] == "-" and name[1].isalpha() and name != "-h"
-        if not (short or _SECRET_OPTION.match(name) or _near("--api-key", name)):
-            continue
-        at = i  # the token holding the value
-        if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
-            at, value = i + 1, "" if given[i + 1] in names else given[i + 1]
-        values = [value]
-        if value.lower() in _SCHEMES and at + 1 < len(given):  # "Bearer K": K, an extra
-            values.append(given[at + 1])
-        for form in sorted({f for v in values if len(v) >= 3 for f in _quoted(v)}, key=len)[::-1]:
-            # whole: "--api-key key" hid the option's name, "-o json" the flag --json
-            message = re.sub(rf"(?<![\w-]){re.escape(form)}(?![\w-])", "***", message)
+    values = [v for held in _secrets(given, names).values() for v in held] + list(unplaced)
+    for form in sorted({f for v in values for f in _quoted(v)}, key=len)[::-1]:
+        # whole: "--api-key key" hid the option's name, "-o json" the flag --json
+        message = re.sub(rf"(?<![\w-]){re.escape(form)}(?![\w-])", MASK, message)
     head, said = message.split(": ", 1) if message.startswith("argument ") else ("", message)
+    if unplaced:
+        said += f" ({MASK} is an argument no option takes, not quoted: it may be a key)"
     return (f"{head}: " if head else "") + masked(without_credentials(said))
+
+
+def shown_tokens(
+    given: Sequence[str], names: Collection[str], unplaced: Collection[str] = ()
+) -> list[str]:
+    """``given`` as a hint quotes it: each secret masked in its token, the rest of the token
+    kept (``--api-key=***``, ``'Bearer ***'``), each argument ``unplaced`` as ``***``, and a
+    URL's password (or a user alone, which may be a token) as ``***``, its user and host
+    kept, so the corrected command shows its shape and no secret."""
+    secrets = _secrets(given, names)
+    shown = []
+    for i, token in enumerate(given):
+        if token in unplaced:
+            token = MASK
+        for value in sorted(secrets.get(i, []), key=len)[::-1]:
+            token = token.replace(value, MASK)
+        shown.append(_URL_USER.sub(_url_masked, token))
+    return shown
+
+
+_URL_USER = re.compile(r"(://)([^/?#@:]*)(:[^/?#@]*)?@")
+
+
+def _url_masked(m: re.Match[str]) -> str:
+    return f"{m[1]}{m[2]}:{MASK}@" if m[3] else f"{m[1]}{MASK}@"
+
+
+def _join(tokens: Sequence[str]) -> str:
+    """``tokens`` as a shell command line, a masked token (``***``, ``--api-key=***``) left
+    unquoted so it reads as the placeholder it is, not a glob quoted away."""
+    return " ".join(
+        t if re.fullmatch(rf"(?:--[\w-]+=)?{re.escape(MASK)}", t) else shlex.quote(t)
+        for t in tokens
+    )
 
 
 def names(parser: argparse.ArgumentParser) -> frozenset[str]:

@@ -237,10 +237,10 @@ def test_the_pool_names_the_flag_that_gave_its_database(tmp_path: Path) -> None:
     [
         (["serve", "--port", "abc"], "argument --port: abc is not a TCP port (1-65535)"),
         (["serve", "--host", " "], "argument --host: an empty address"),
-        (["sessions", "show", ""], "argument id: an empty session id"),
+        (["sessions", "show", ""], "argument ID: an empty session id"),
         (["sessions", "branch", "s1", "--new-id", ""], "argument --new-id: an empty session id"),
-        (["sessions", "show", "s1/messages"], "argument id: a session id holds no '/'"),
-        (["sessions", "rm", "a/b"], "argument id: a session id holds no '/'"),
+        (["sessions", "show", "s1/messages"], "argument ID: a session id holds no '/'"),
+        (["sessions", "rm", "a/b"], "argument ID: a session id holds no '/'"),
     ],
 )
 def test_a_bad_argument_is_named_in_the_users_words(

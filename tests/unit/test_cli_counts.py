@@ -14,9 +14,9 @@ CASES = [
     (["sessions", "messages", "s1", "--limit", "-3"], "argument --limit: -3 is not a count"),
     (["sessions", "messages", "s1", "--offset=-2"], "argument --offset: -2 is not a count"),
     (["sessions", "ls", "--limit", "abc"], "argument --limit: abc is not a count of 1 or more"),
-    (["memory", "rm", "0"], "argument id: 0 is not a count of 1 or more"),
+    (["memory", "rm", "0"], "argument ID: 0 is not a count of 1 or more"),
     (["sessions", "ls", "--offset", ""], "argument --offset: '' is not a count of 0 or more"),
-    (["memory", "rm", str(2**63)], f"argument id: {2**63} is above {2**63 - 1}, the largest"),
+    (["memory", "rm", str(2**63)], f"argument ID: {2**63} is above {2**63 - 1}, the largest"),
     (["sessions", "ls", "--offset", str(2**63)], f"argument --offset: {2**63} is above"),
     (["sessions", "messages", "s1", "--offset", "1" + "0" * 30], "argument --offset: 1000"),
 ]

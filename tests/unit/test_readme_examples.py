@@ -29,6 +29,7 @@ from proxy.config import (
 )
 from proxy.config_context import ContextConfig
 from proxy.settings import Settings
+from tests.unit import design
 from tests.unit.readme import README, ROOT, TEXT, snake as _snake
 
 SNIPPETS = re.findall(r"```json\n(.*?)```", TEXT, re.S)
@@ -188,5 +189,22 @@ def test_every_make_target_the_docs_name_is_one_of_the_makefile() -> None:
     root = Path(__file__).resolve().parents[2]
     targets = set(re.findall(r"^([a-z-]+):", (root / "Makefile").read_text(), re.M))
     docs = [TEXT, *(p.read_text(encoding="utf-8") for p in (root / "docs").glob("*.md"))]
+    shell = ["".join(re.findall(r"```sh\n(.*?)```", text, re.S)) for text in docs]
     named = {t for text in docs for t in re.findall(r"`make ([a-z-]+)", text)}
-    assert {"run", "test", "bench"} <= named and named - targets == set()
+    named |= {t for text in shell for t in re.findall(r"^make ([a-z-]+)", text, re.M)}
+    assert {"run", "test", "bench", "bench-test"} <= named and named - targets == set()
+    flat = [" ".join(text.split()) for text in docs]  # a command may wrap
+    variables = {v for text in flat for v in re.findall(r"`make [a-z-]+ ([A-Z_]+)=", text)}
+    makefile = (root / "Makefile").read_text()
+    assert "CONSTRAINTS_PYTHON" in variables
+    assert {v for v in variables if f"$({v})" not in makefile} == set()
+
+
+def test_designs_example_config_is_accepted_whole() -> None:
+    """DESIGN's example ``config/agents.json`` (every block, ``auth`` too) loads: the file
+    refuses a key it does not know, so each key the example shows is one the code reads."""
+    raw = json.loads(re.findall(r"```json\n(.*?)```", design.design_text(), re.S)[0])
+    names = [k["keyEnv"] for k in raw["auth"]["keys"]]
+    cfg = parse_config(raw, env=dict.fromkeys(names, "k"))
+    assert cfg.embedding.dimensions == raw["embedding"]["dimensions"]
+    assert cfg.context_for("default").handoff.at_fraction == raw["context"]["handoff"]["atFraction"]
