@@ -28,6 +28,7 @@ from proxy.cascade.secret_code import (
     IDENTIFIER,
     TYPE_END,
 )
+from proxy.cascade.secret_urls import URL_PASSWORD, URL_PATH
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -161,11 +162,6 @@ _WHOLE_STRING = (
 # reading, so a value ending in a backslash (eleven before its quote) ends at its quote, where
 # pairs read from its start took the last seven for an escaped quote and ran on.
 _TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1,500}?)\\\\\\"'
-
-# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few,
-# and its port after it (``:443``), if any.
-_HOST = r"(?:[A-Za-z0-9\-]{1,63}\.){0,4}"
-_PORT = r"(?::[0-9]{1,5})?"
 
 
 def _secret_value(block: str) -> str:
@@ -318,8 +314,10 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
     # AWS access key ids (long-term and temporary).
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-    # AWS secret access key assignments (40 base64 chars), keeping the key name.
-    r"(?i)aws_?secret_?access_?key" + _assigned(5) + _QUOTE + "?"
+    # AWS secret access key assignments (40 base64 chars), keeping the key name. It begins at
+    # ``secret``, its ``aws`` read behind: the scanner holds the four spellings of the rest,
+    # not eight with ``aws`` too, of the 64 literals it reads fastest (``redaction_scan``).
+    r"(?i)(?:(?<=aws)|(?<=aws_))secret[_-_]?access_?key" + _assigned(5) + _QUOTE + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
@@ -334,28 +332,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
     # JSON Web Tokens (header.payload.signature, base64url).
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
-    # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
-    # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
-    # Discord webhook's. Keeps the host and the path's fixed words. Each begins at ``://``,
-    # the URL password's literal, the host's labels read after it: a literal of their own
-    # would take the scanner past the 64 the automaton reads fastest (``redaction_scan``).
-    # One pattern, so each ``://`` is tried once for all three. A host's name is read in
-    # lowercase only: read in any case, each try at a ``://`` costs half as much again.
-    r"://"
-    + _HOST
-    + r"(?:telegram\.org"
-    + _PORT
-    + r"/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
-    + r"|slack\.com"
-    + _PORT
-    + r"/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
-    + r"|discord(?:app)?\.com"
-    + _PORT
-    + r"/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
-    + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))",
-    # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
-    # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
-    r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",
+    # Secrets that are a URL's path, and a URL's password (``secret_urls``).
+    URL_PATH,
+    URL_PASSWORD,
     # Authorization headers: keep the scheme word, redact the credential.
     r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
     r"(?i)"
