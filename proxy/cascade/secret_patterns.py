@@ -78,6 +78,17 @@ _VALUE = (
     r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
 )
 _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+# An angle bracket inside an unquoted value (``Abc<x>yz9!``), never one that begins it (a
+# placeholder: ``<your-token>``) nor a closing tag's (``abc</td>``): cut there, the value's
+# tail stayed.
+_ANGLE = r"(?:<(?![/!?\s<>]|$)|>)"
+# A YAML node's anchor or tag before a value (``password: &pw hunter2``, ``!!str``), read
+# past: the value after it is the secret. Rust's ``&mut``, ``&dyn`` and ``&impl`` are a
+# reference's, not an anchor's.
+_NODE_PROPERTIES = (
+    r"(?:(?:&(?!(?:mut|dyn|impl) )[A-Za-z0-9_\-]{1,64}+|!{1,2}[A-Za-z0-9_\-]{0,64}+)"
+    r"[ \t]{1,8}+){0,2}+"
+)
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -98,6 +109,8 @@ _NOT_A_VALUE = (
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
+    r"(?!\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
+    r"(?!&(?:dyn|impl) [A-Za-z_])"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
@@ -166,7 +179,8 @@ _TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1
 
 def _secret_value(block: str) -> str:
     return (
-        r"(?!(?:\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
+        _NODE_PROPERTIES
+        + r"(?!(?:\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
         + _WHOLE_STRING
@@ -185,11 +199,19 @@ def _secret_value(block: str) -> str:
         + _IN_FORM
         + r"(?P<secret3>"
         + _VALUE
-        + r"{1,500})|(?<!"
+        + r"(?:"
+        + _VALUE
+        + "|"
+        + _ANGLE
+        + r"){0,499})|(?<!"
         + _FORM_PAIR
         + r")(?P<secret5>"
         + _ANY_VALUE
-        + r"{1,500})))"
+        + r"(?:"
+        + _ANY_VALUE
+        + "|"
+        + _ANGLE
+        + r"){0,499})))"
     )
 
 

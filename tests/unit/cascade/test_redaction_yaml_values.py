@@ -1,0 +1,67 @@
+"""A secret's value as YAML and code write it around the secret: an anchor or a tag before it
+(``password: &pw hunter2``), angle brackets inside it (``Abc<x>yz9!``), a flow mapping's
+entry (``{password: SuperSecret, user: app}``). Each is the secret, whole."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+
+PATTERNS = compile_patterns(())
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("password: &pw hunter2", f"password: &pw {REDACTED}"),
+        (
+            "db:\n  password: &db_pw hunter2\n  user: app",
+            f"db:\n  password: &db_pw {REDACTED}\n  user: app",
+        ),
+        ('password: &pw "hunter2"', f'password: &pw "{REDACTED}"'),
+        ("api_key: !!str s3cr3t-v4lue", f"api_key: !!str {REDACTED}"),
+        ("password: &pw |\n  hunter2\nuser: app", f"password: &pw |\n  {REDACTED}\nuser: app"),
+        ("password: Abc<x>yz9!", f"password: {REDACTED}"),
+        ("PASSWORD=p<a>ss>w0rd\nUSER=app", f"PASSWORD={REDACTED}\nUSER=app"),
+    ],
+)
+def test_a_value_after_an_anchor_or_with_angle_brackets_is_redacted_whole(
+    text: str, kept: str
+) -> None:
+    out, n = redact(text, PATTERNS)
+    assert (out, n) == (kept, 1)
+    assert redact(out, PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "token: <your-token-here>",
+        "password: <password>",
+        "fn f(password: &mut String, token: &'a str) -> bool",
+        "    token: &dyn TokenSource,",
+        "  authToken: Observable<string>;",
+        "<td>password: </td>",
+        "api_key: *default_key",
+    ],
+)
+def test_a_placeholder_a_reference_or_a_type_is_kept(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "password: " + "&a " * 30_000,
+        "password: &a !b " * 10_000,
+        "token: a" + "<b>" * 30_000,
+        "token: a<" * 12_000,
+    ],
+)
+def test_anchors_and_angle_brackets_are_read_in_linear_time(hostile: str) -> None:
+    start = time.process_time()  # CPU time: other processes on the machine do not count
+    redact(hostile, PATTERNS)
+    assert time.process_time() - start < 0.2
