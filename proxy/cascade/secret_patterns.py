@@ -28,6 +28,7 @@ from proxy.cascade.secret_code import (
     IDENTIFIER,
     TYPE_END,
 )
+from proxy.cascade.secret_strings import THRICE_ESCAPED, TWICE_ESCAPED, WHOLE_STRING
 from proxy.cascade.secret_urls import URL_PASSWORD, URL_PATH
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
@@ -65,8 +66,9 @@ _KEYWORD = (
 _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments), or escaped once more
-# (``\\\"api_key\\\": …``: that call's arguments logged, or a JSON tool result inside one).
-_QUOTE = r"(?:(?:\\\\\\|\\)?[\"'])"
+# (``\\\"api_key\\\": …``: that call's arguments logged, or a JSON tool result inside one),
+# or thrice (seven backslashes: that log line in a JSON string).
+_QUOTE = r"(?:(?:\\{7}|\\\\\\|\\)?[\"'])"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
 # ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
@@ -140,50 +142,13 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
-# A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
-# any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
-# of it, to its closing quote, however long (a Kubernetes Secret's data reaches 1 MiB: a bound
-# on the run would leave the tail past it visible), bare or in JSON text, when that quote
-# closes it or the text ends there (output cut short), not a line's end (an opening quote in
-# prose), unless its run passes ``_LONGEST``: no prose runs that long. Its run is possessive
-# and stops at the first quote it does not escape or a line's end, so it never backtracks
-# and runs read no text twice.
-_LONGEST = 1 << 20
-_CHAR = r"(?:[^\"\\\n]|\\[^\n])"
-_CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
-
-
-def _whole(quote: str, char: str) -> str:
-    """The run after a string's opening ``quote`` as ``_WHOLE_STRING`` reads it, in one
-    read: to ``_LONGEST``, and past it, whatever ends it, only if it got that far."""
-    return f"{char}{{1,{_LONGEST}}}+(?:(?={quote}|$)|(?={char}){char}*+)"
-
-
-_WHOLE_STRING = (
-    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _whole(r"\"", _CHAR) + ")"
-    r"|\\\"(?=\{\\\\\\\"|"
-    + _CHAR_ESCAPED
-    + r"{501})(?P<secret7>"
-    + _whole(r"\\\"", _CHAR_ESCAPED)
-    + ")"
-)
-
-# A value between quotes escaped twice (``\\\"…\\\"``), to the first such quote: one its
-# own text escapes is escaped thrice (seven backslashes), read as one of its characters. A
-# run of backslashes is read eight at a time (the value's own backslash, escaped), then up to
-# seven before a character (an escape: ``\\\\n``) or seven before a quote: each place has one
-# reading, so a value ending in a backslash (eleven before its quote) ends at its quote, where
-# pairs read from its start took the last seven for an escaped quote and ran on.
-_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1,500}?)\\\\\\"'
-
-
 def _secret_value(block: str) -> str:
     return (
         _NODE_PROPERTIES
-        + r"(?!(?:\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
+        + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
-        + _WHOLE_STRING
+        + WHOLE_STRING
         + "|"
         + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
         + _CLOSED
@@ -192,7 +157,9 @@ def _secret_value(block: str) -> str:
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
-        + _TWICE_ESCAPED
+        + TWICE_ESCAPED
+        + "|"
+        + THRICE_ESCAPED
         + r"|(?!\\\"|\\\\\\\")"
         + _NOT_A_VALUE
         + r"(?:"

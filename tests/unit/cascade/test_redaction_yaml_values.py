@@ -4,6 +4,7 @@ entry (``{password: SuperSecret, user: app}``). Each is the secret, whole."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -65,3 +66,45 @@ def test_anchors_and_angle_brackets_are_read_in_linear_time(hostile: str) -> Non
     start = time.process_time()  # CPU time: other processes on the machine do not count
     redact(hostile, PATTERNS)
     assert time.process_time() - start < 0.2
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("{password: SuperSecret, user: app}", f"{{password: {REDACTED}, user: app}}"),
+        ("db: {user: app, password: SuperSecret, port: 5432}", None),
+        ("- {name: prod, api_key: CorrectHorse, region: eu}", None),
+    ],
+)
+def test_a_flow_mappings_value_is_no_type(text: str, kept: str | None) -> None:
+    out, n = redact(text, PATTERNS)
+    assert n == 1
+    assert out == (kept or text.replace("SuperSecret", REDACTED).replace("CorrectHorse", REDACTED))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "function login(password: SuperSecret, user: App): void {}",
+        "type Creds = { password: SuperSecret; user: App }",
+        "const creds: {\n  password: SuperSecret,\n  user: App,\n} = load();",
+        "login(opts: {password: SuperSecret, cb: (e: Err) => void})",
+    ],
+)
+def test_a_type_in_a_parameter_list_or_a_type_literal_is_kept(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize("levels", [1, 2, 3, 4])
+def test_a_key_and_value_with_quotes_escaped_up_to_three_times_are_redacted(levels: int) -> None:
+    doc: object = {"password": 'hunter2 "x" \\ y', "user": "app"}
+    texts = [json.dumps(doc)]
+    for _ in range(levels - 1):
+        texts.append(json.dumps({"l": texts[-1]}))
+    out, n = redact(texts[-1], PATTERNS)
+    assert n == 1 and "hunter2" not in out
+    inner = json.loads(out)
+    for _ in range(levels - 1):
+        inner = json.loads(inner["l"])
+    assert inner == {"password": REDACTED, "user": "app"}
+    assert redact(out, PATTERNS) == (out, 0)
