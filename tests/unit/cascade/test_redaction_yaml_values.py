@@ -108,3 +108,34 @@ def test_a_key_and_value_with_quotes_escaped_up_to_three_times_are_redacted(leve
         inner = json.loads(inner["l"])
     assert inner == {"password": REDACTED, "user": "app"}
     assert redact(out, PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_a_block_scalar_in_a_json_string_in_json_text_is_redacted_and_stays_json(
+    levels: int,
+) -> None:
+    yaml = 'db:\n  password: |\n    line1 "s3cr3t"\n    line2 \\ s3cr3t\n  user: app\n'
+    text = yaml
+    for _ in range(levels):
+        text = json.dumps({"f": text})
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and "s3cr3t" not in out
+    inner = out
+    for _ in range(levels):
+        inner = json.loads(inner)["f"]
+    assert inner == f"db:\n  password: |\n    {REDACTED}\n  user: app\n"
+    assert redact(out, PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "password: |\\\\n" + "  a\\\\\\\\\\\\n" * 20_000,
+        "password: |\\\\n  token: |\\\\n  x\\\\n" * 5_000,
+        '\\\\\\\\\\\\\\"password\\\\\\\\\\\\\\": \\\\\\\\\\\\\\"' + "a\\\\" * 30_000,
+    ],
+)
+def test_escaped_blocks_and_quotes_are_read_in_linear_time(hostile: str) -> None:
+    start = time.process_time()  # CPU time: other processes on the machine do not count
+    redact(hostile, PATTERNS)
+    assert time.process_time() - start < 0.2
