@@ -102,6 +102,12 @@ def _assigned(blanks: int) -> str:
     return _QUOTE + "?" + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
 
 
+# A quoted key's value, if quoted, is quoted as the key is, escaped as many times (JSON text
+# at one depth): a quote escaped otherwise after ``"api_key\": `` is the end of the string
+# that ends in a key's text and the next one's start, read as a value it held the text
+# between them (and left it JSON no longer). ``_KEY_QUOTE`` notes the key's quote.
+_KEY_QUOTE = r"(?:(?=(?P<keyquote>(?:\\{7}|\\{3}|\\)?)[\"']))?+"
+_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)[\"'])|(?!\\{0,7}[\"'])))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
@@ -142,9 +148,19 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
+# What lies between two strings of JSON text, at any depth (``", "``, ``\": \"``): no quoted
+# value's text. After a key's text that a string ends with (``"note": "… token: ", "b"``)
+# the quotes around it are that string's end and the next one's start: read as a value's, its
+# text the next string's key, the text was JSON no longer.
+_Q = r"(?:\\{7}|\\{3}|\\)?\""
+_GAP = r"(?:\s|\\{1,7}[nrt]){0,32}+"
+_NOT_BETWEEN_STRINGS = r"(?!" + _Q + _GAP + r"[,:\]}]" + _GAP + _Q + ")"
+
+
 def _secret_value(block: str) -> str:
     return (
         _NODE_PROPERTIES
+        + _NOT_BETWEEN_STRINGS
         + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
@@ -350,7 +366,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + KEY_COLUMN
     + _SECRET_KEY
     + ANNOTATION
+    + _KEY_QUOTE
     + _assigned(3)
+    + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific

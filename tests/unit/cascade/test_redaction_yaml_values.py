@@ -139,3 +139,24 @@ def test_escaped_blocks_and_quotes_are_read_in_linear_time(hostile: str) -> None
     start = time.process_time()  # CPU time: other processes on the machine do not count
     redact(hostile, PATTERNS)
     assert time.process_time() - start < 0.2
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"a": 'x "api_key": ', "b": "y"},
+        {"note": "a token: ", "Key": "/"},
+        {"note": "password=", "user": "app"},
+        {"v": 'ab \\"secret\\": ', "w": ["c"]},
+    ],
+)
+@pytest.mark.parametrize("levels", [1, 2, 3])
+def test_a_string_ending_in_a_keys_text_stays_json(doc: dict[str, object], levels: int) -> None:
+    text = json.dumps(doc)
+    for _ in range(levels - 1):
+        text = json.dumps({"l": text})
+    out, _ = redact(text, PATTERNS)
+    inner = json.loads(out)
+    for _ in range(levels - 1):
+        inner = json.loads(inner["l"])
+    assert inner == doc
