@@ -20,8 +20,8 @@ _SLASH = r"\\?/"
 # Discord webhook's. Keeps the host and the path's fixed words. Each begins at its
 # host's domain, in any case (``Hooks.Slack.com``), after a label's dot or the URL's
 # slash, and its slashes may be escaped as JSON text may write them
-# (``https:\/\/api.telegram.org\/bot…``): four literals the scanner finds, where a try at
-# every ``://`` cost a regex call per URL of every log line.
+# (``https:\/\/api.telegram.org\/bot…``): four literals the scanner finds, so a URL to any
+# other host costs no regex call (a log line holds one or more).
 URL_PATH = (
     r"(?i)(?<=[/.])(?:telegram\.org"
     + _PORT
