@@ -95,18 +95,19 @@ _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
 
-def _assigned(blanks: int) -> str:
+def _assigned(blanks: int, quote: str = _QUOTE + "?") -> str:
     """A key's closing quote, if any, and its separator (``=``, ``:``, ``=>``), up to
     ``blanks`` spaces or tabs on each side. An ``=>`` is one separator, whose ``>`` is never
     read as a YAML block's indicator (one pass reading it so, the next as a value)."""
-    return _QUOTE + "?" + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
+    return quote + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
 
 
 # A quoted key's value, if quoted, is quoted as the key is, escaped as many times (JSON text
 # at one depth): a quote escaped otherwise after ``"api_key\": `` is the end of the string
 # that ends in a key's text and the next one's start, read as a value it held the text
-# between them (and left it JSON no longer). ``_KEY_QUOTE`` notes the key's quote.
-_KEY_QUOTE = r"(?:(?=(?P<keyquote>(?:\\{7}|\\{3}|\\)?)[\"']))?+"
+# between them (and left it JSON no longer). ``_KEY_QUOTE`` reads the key's quote and notes
+# its backslashes.
+_KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)[\"'])?+"
 _AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)[\"'])|(?!\\{0,7}[\"'])))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
@@ -366,8 +367,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + KEY_COLUMN
     + _SECRET_KEY
     + ANNOTATION
-    + _KEY_QUOTE
-    + _assigned(3)
+    + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),
 )
