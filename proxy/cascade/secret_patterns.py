@@ -149,13 +149,17 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
-# What lies between two strings of JSON text, at any depth (``", "``, ``\": \"``): no quoted
-# value's text. After a key's text that a string ends with (``"note": "… token: ", "b"``)
-# the quotes around it are that string's end and the next one's start: read as a value's, its
-# text the next string's key, the text was JSON no longer.
+# What lies between two strings of JSON text, at any depth (``", "``, ``\"}], \"``): a
+# closing bracket, a comma or a colon first, then blanks and brackets alone, no quoted
+# value's text (one holding JSON opens with its brace: ``"{\"user\": …}"``). After a key's
+# text that a string ends with (``"note": "… token: ", "b"``) the quotes around it are that
+# string's end and the next one's start: read as a value's, its text the next string's key,
+# the text was JSON no longer.
 _Q = r"(?:\\{7}|\\{3}|\\)?\""
-_GAP = r"(?:\s|\\{1,7}[nrt]){0,32}+"
-_NOT_BETWEEN_STRINGS = r"(?!" + _Q + _GAP + r"[,:\]}]" + _GAP + _Q + ")"
+_BLANKS = r"(?:\s|\\{1,7}[nrt]){0,32}+"
+_NOT_BETWEEN_STRINGS = (
+    r"(?!" + _Q + _BLANKS + r"[,:\]}](?:[\s,:\[\]{}]|\\{1,7}[nrt]){0,64}+" + _Q + ")"
+)
 
 
 def _secret_value(block: str) -> str:

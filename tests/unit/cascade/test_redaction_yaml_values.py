@@ -148,6 +148,7 @@ def test_escaped_blocks_and_quotes_are_read_in_linear_time(hostile: str) -> None
         {"note": "a token: ", "Key": "/"},
         {"note": "password=", "user": "app"},
         {"v": 'ab \\"secret\\": ', "w": ["c"]},
+        {"n": [{"u": {"a": "x", "b": "token: "}}], "api_key": "}"},
     ],
 )
 @pytest.mark.parametrize("levels", [1, 2, 3])
