@@ -18,12 +18,13 @@ _SLASH = r"\\?/"
 # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
 # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
 # Discord webhook's. Keeps the host and the path's fixed words. Each begins at its
-# host's domain, in any case (``Hooks.Slack.com``), after a label's dot or the URL's
-# slash, and its slashes may be escaped as JSON text may write them
+# host's domain, in any case (``Hooks.Slack.com``), where no host's character is before it
+# (``evil-slack.com`` is another host), with a scheme or without, and its slashes may be
+# escaped as JSON text may write them
 # (``https:\/\/api.telegram.org\/bot…``): four literals the scanner finds, so a URL to any
 # other host costs no regex call (a log line holds one or more).
 URL_PATH = (
-    r"(?i)(?<=[/.])(?:telegram\.org"
+    r"(?i)(?<![A-Za-z0-9_\-])(?:telegram\.org"
     + _PORT
     + _SLASH
     + f"(?:file{_SLASH})?bot"

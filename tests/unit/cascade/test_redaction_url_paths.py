@@ -139,3 +139,15 @@ def test_those_patterns_read_hostile_text_in_linear_time(hostile: str) -> None:
     start = time.process_time()  # CPU time: other processes on the machine do not count
     redact(hostile, PATTERNS)
     assert time.process_time() - start < 0.2
+
+
+def test_a_url_path_secret_without_a_scheme_is_redacted_and_another_hosts_is_kept() -> None:
+    assert redact(f"see discord.com/api/webhooks/{_DISCORD}", PATTERNS) == (
+        f"see discord.com/api/webhooks/{_DISCORD.split('/')[0]}/{REDACTED}",
+        1,
+    )
+    for text in (
+        f"https://evil-slack.com/services/{_SLACK}",
+        f"https://mydiscord.com/api/webhooks/{_DISCORD}",
+    ):
+        assert redact(text, PATTERNS) == (text, 0)
