@@ -110,6 +110,14 @@ def test_a_key_and_value_with_quotes_escaped_up_to_three_times_are_redacted(leve
     assert redact(out, PATTERNS) == (out, 0)
 
 
+def test_a_block_scalar_two_mappings_down_is_redacted() -> None:
+    text = "a:\n  b:\n    password: |\n      line1\n      line2\n    user: x\n"
+    assert redact(text, PATTERNS) == (
+        f"a:\n  b:\n    password: |\n      {REDACTED}\n    user: x\n",
+        1,
+    )
+
+
 @pytest.mark.parametrize("levels", [1, 2])
 def test_a_block_scalar_in_a_json_string_in_json_text_is_redacted_and_stays_json(
     levels: int,
@@ -133,6 +141,8 @@ def test_a_block_scalar_in_a_json_string_in_json_text_is_redacted_and_stays_json
         "password: |\\\\n" + "  a\\\\\\\\\\\\n" * 20_000,
         "password: |\\\\n  token: |\\\\n  x\\\\n" * 5_000,
         '\\\\\\\\\\\\\\"password\\\\\\\\\\\\\\": \\\\\\\\\\\\\\"' + "a\\\\" * 30_000,
+        'password: "' + ", " * 50_000 + '"',
+        'password=\\"' + '}], \\"' * 20_000,
     ],
 )
 def test_escaped_blocks_and_quotes_are_read_in_linear_time(hostile: str) -> None:
