@@ -1,6 +1,7 @@
 """A YAML block scalar under a secret's key (``password: |`` then its indented lines), as
 :mod:`proxy.cascade.secret_patterns` reads it for a value: :data:`BLOCK`, its indicator and
-its lines, in bare text or JSON text, plain, in a numbered file view or in a unified diff.
+its lines, in bare text or JSON text (a level down too), plain, in a numbered file view or in
+a unified diff.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ INDICATOR = (
     + BLANK
     + r"{1,8}#(?:[^\r\n\\]|\\[^nr]){0,256}+|"
     + BLANK
-    + r"{0,8})(?=[\r\n]|\\[rn]|$)"
+    + r"{0,8})(?=[\r\n]|\\{1,2}[rn]|$)"
 )
 # A first line that is no block's when the key's indentation is not known: a mapping's key,
 # a list's item or a comment (a blank after its mark: ``#a8f…`` is a password), which after
@@ -69,6 +70,14 @@ _DEEPER = "(?:" + "|".join(f"(?(column{n})(?<= {{{n + 1}}})|(?!))" for n in rang
 # read once: a bound on it left the tail past it visible.
 _BARE = (r"\r?\n", r"[^\r\n]++", r"(?:\t|\u2192|:)")
 _ESCAPED = (r"(?:\\r)?\\n", r"(?:[^\"\\\r\n]|\\[^nr])++", r"(?:\\t|\u2192|\\u2192|:)")
+# JSON text inside a JSON string (a tool's JSON output logged in one, a file written in a
+# call's arguments that a result quotes): a line's end is escaped twice (``\\n``), a quote of
+# the line three times, its backslash four; the line ends at the string's own ``\"``.
+_TWICE = (
+    r"(?:\\\\r)?\\\\n",
+    r"(?:[^\"\\\r\n]|\\{4}|\\{3}\"|\\\\[^nr\"\\])++",
+    r"(?:\\\\t|\u2192|\\\\u2192|:)",
+)
 
 
 def _block(form: tuple[str, str, str], lead: str, name: str, keyed: bool, most: int | None) -> str:
@@ -114,7 +123,7 @@ def _blocks(keyed: bool, most: int | None = None) -> str:
         + "(?:"
         + "|".join(
             _block(form, lead, kind + lead, keyed, most)
-            for kind, form in (("bare", _BARE), ("escaped", _ESCAPED))
+            for kind, form in (("bare", _BARE), ("escaped", _ESCAPED), ("twice", _TWICE))
             for lead in ("", "numbered", "diff")
         )
         + ")"

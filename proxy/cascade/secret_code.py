@@ -44,11 +44,17 @@ GENERIC = r"(?-i:[A-Z][A-Za-z_.]{0,63}" + _ARGUMENTS + ")"
 # ``[]``, a line's or a string's end. A type's shape with more after it (``Abc<x>yz9!``,
 # ``&Xk93pq7``) is a secret's start, not a type.
 TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
+# A comma that ends no YAML flow mapping's entry (``{password: SuperSecret, user: app}``):
+# the next bracket on its line is no ``}``. A parameter list's closes with ``)``; a type
+# literal's entries end with ``;`` (as formatters write them), or with ``,`` on lines of
+# their own. A type literal on one line with commas (``{a: A, b: B}``) reads as a mapping.
+_NOT_IN_FLOW = r"(?![^(){}\[\]\\\n]{0,256}+\})"
 # Other types code writes after a name: TypeScript's operators before the type each takes
 # (``readonly string[]``, ``readonly [A, B]``, ``keyof T``, ``typeof X``, ``unique symbol``;
 # ``unique horse`` is a passphrase), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``),
 # and a name of two capitalised words or more before what ends a type in code
-# (``token: AuthToken;``, ``JwtPayload | null``, ``Token[]``), after a colon: after ``=``
+# (``token: AuthToken;``, ``JwtPayload | null``, ``Token[]``; a comma but in a flow mapping,
+# ``_NOT_IN_FLOW``), after a colon: after ``=``
 # no type annotates a name (``export DB_PASSWORD=SuperSecret; …`` in a shell). One at a
 # line's end is a secret: ``SuperSecret`` in a .env cannot be told from a Python
 # annotation's type there.
@@ -63,7 +69,9 @@ CODE_TYPE = (
     + ")?)"
     + TYPE_END
     + r"|(?:(?<=:)|(?<=:[ \t])|(?<=:[ \t]{2})|(?<=:[ \t]{3}))"
-    + r"(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;,)>]| \|)))"
+    + r"(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;)>]|,"
+    + _NOT_IN_FLOW
+    + r"| \|)))"
 )
 # An annotation between a key and its ``=`` (``password: str = "…"``, TypeScript's
 # ``apiToken?: string = "…"``, Kotlin's ``String?``): the value is the literal after it.

@@ -28,6 +28,8 @@ from proxy.cascade.secret_code import (
     IDENTIFIER,
     TYPE_END,
 )
+from proxy.cascade.secret_strings import THRICE_ESCAPED, TWICE_ESCAPED, WHOLE_STRING
+from proxy.cascade.secret_urls import URL_PASSWORD, URL_PATH
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -64,8 +66,9 @@ _KEYWORD = (
 _ESCAPE = r"\\[nrt\"]"
 # A key's closing quote, bare or escaped as JSON text writes it (``\"api_key\": …``: a JSON
 # file an agent writes is one string in its call's arguments), or escaped once more
-# (``\\\"api_key\\\": …``: that call's arguments logged, or a JSON tool result inside one).
-_QUOTE = r"(?:(?:\\\\\\|\\)?[\"'])"
+# (``\\\"api_key\\\": …``: that call's arguments logged, or a JSON tool result inside one),
+# or thrice (seven backslashes: that log line in a JSON string).
+_QUOTE = r"(?:(?:\\{7}|\\\\\\|\\)?[\"'])"
 _END = r"(?:[\s,;}\])\"']|" + _ESCAPE + r"|$)"
 # A form body's next pair (``password=…&user=bob``, application/x-www-form-urlencoded): an
 # ``&`` before one ends an unquoted value, which the body %-escapes (``&`` is ``%26`` in it).
@@ -77,17 +80,35 @@ _VALUE = (
     r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
 )
 _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
+# An angle bracket inside an unquoted value (``Abc<x>yz9!``), never one that begins it (a
+# placeholder: ``<your-token>``) nor a closing tag's (``abc</td>``): cut there, the value's
+# tail stayed.
+_ANGLE = r"(?:<(?![/!?\s<>]|$)|>)"
+# A YAML node's anchor or tag before a value (``password: &pw hunter2``, ``!!str``), read
+# past: the value after it is the secret. Rust's ``&mut``, ``&dyn`` and ``&impl`` are a
+# reference's, not an anchor's.
+_NODE_PROPERTIES = (
+    r"(?:(?:&(?!(?:mut|dyn|impl) )[A-Za-z0-9_\-]{1,64}+|!{1,2}[A-Za-z0-9_\-]{0,64}+)"
+    r"[ \t]{1,8}+){0,2}+"
+)
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
 
-def _assigned(blanks: int) -> str:
+def _assigned(blanks: int, quote: str = _QUOTE + "?") -> str:
     """A key's closing quote, if any, and its separator (``=``, ``:``, ``=>``), up to
     ``blanks`` spaces or tabs on each side. An ``=>`` is one separator, whose ``>`` is never
     read as a YAML block's indicator (one pass reading it so, the next as a value)."""
-    return _QUOTE + "?" + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
+    return quote + BLANK + f"{{0,{blanks}}}(?:=>|=(?!>)|:)" + BLANK + f"{{0,{blanks}}}"
 
 
+# A quoted key's value, if quoted, is quoted as the key is, escaped as many times (JSON text
+# at one depth): a quote escaped otherwise after ``"api_key\": `` is the end of the string
+# that ends in a key's text and the next one's start, read as a value it held the text
+# between them (and left it JSON no longer). ``_KEY_QUOTE`` reads the key's quote and notes
+# its backslashes.
+_KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)[\"'])?+"
+_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)[\"'])|(?!\\{0,7}[\"'])))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
@@ -97,6 +118,8 @@ _NOT_A_VALUE = (
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
+    r"(?!\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
+    r"(?!&(?:dyn|impl) [A-Za-z_])"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
@@ -126,54 +149,27 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
-# A string holding JSON (AWS Secrets Manager's ``"SecretString": "{\"password\": …}"``), or
-# any string longer than a quoted value's bound (``SecretBinary``'s base64, a long token): all
-# of it, to its closing quote, however long (a Kubernetes Secret's data reaches 1 MiB: a bound
-# on the run would leave the tail past it visible), bare or in JSON text, when that quote
-# closes it or the text ends there (output cut short), not a line's end (an opening quote in
-# prose), unless its run passes ``_LONGEST``: no prose runs that long. Its run is possessive
-# and stops at the first quote it does not escape or a line's end, so it never backtracks
-# and runs read no text twice.
-_LONGEST = 1 << 20
-_CHAR = r"(?:[^\"\\\n]|\\[^\n])"
-_CHAR_ESCAPED = r"(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n])"
-
-
-def _whole(quote: str, char: str) -> str:
-    """The run after a string's opening ``quote`` as ``_WHOLE_STRING`` reads it, in one
-    read: to ``_LONGEST``, and past it, whatever ends it, only if it got that far."""
-    return f"{char}{{1,{_LONGEST}}}+(?:(?={quote}|$)|(?={char}){char}*+)"
-
-
-_WHOLE_STRING = (
-    r"\"(?=\{\\\"|" + _CHAR + r"{501})(?P<secret6>" + _whole(r"\"", _CHAR) + ")"
-    r"|\\\"(?=\{\\\\\\\"|"
-    + _CHAR_ESCAPED
-    + r"{501})(?P<secret7>"
-    + _whole(r"\\\"", _CHAR_ESCAPED)
-    + ")"
+# What lies between two strings of JSON text, at any depth (``", "``, ``\"}], \"``): a
+# closing bracket, a comma or a colon first, then blanks and brackets alone, no quoted
+# value's text (one holding JSON opens with its brace: ``"{\"user\": …}"``). After a key's
+# text that a string ends with (``"note": "… token: ", "b"``) the quotes around it are that
+# string's end and the next one's start: read as a value's, its text the next string's key,
+# the text was JSON no longer.
+_Q = r"(?:\\{7}|\\{3}|\\)?\""
+_BLANKS = r"(?:\s|\\{1,7}[nrt]){0,32}+"
+_NOT_BETWEEN_STRINGS = (
+    r"(?!" + _Q + _BLANKS + r"[,:\]}](?:[\s,:\[\]{}]|\\{1,7}[nrt]){0,64}+" + _Q + ")"
 )
-
-# A value between quotes escaped twice (``\\\"…\\\"``), to the first such quote: one its
-# own text escapes is escaped thrice (seven backslashes), read as one of its characters. A
-# run of backslashes is read eight at a time (the value's own backslash, escaped), then up to
-# seven before a character (an escape: ``\\\\n``) or seven before a quote: each place has one
-# reading, so a value ending in a backslash (eleven before its quote) ends at its quote, where
-# pairs read from its start took the last seven for an escaped quote and ran on.
-_TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1,500}?)\\\\\\"'
-
-# A URL's host's labels before its domain (``api.``, ``hooks.``, ``ptb.``), none or a few,
-# and its port after it (``:443``), if any.
-_HOST = r"(?:[A-Za-z0-9\-]{1,63}\.){0,4}"
-_PORT = r"(?::[0-9]{1,5})?"
 
 
 def _secret_value(block: str) -> str:
     return (
-        r"(?!(?:\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
+        _NODE_PROPERTIES
+        + _NOT_BETWEEN_STRINGS
+        + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
-        + _WHOLE_STRING
+        + WHOLE_STRING
         + "|"
         + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
         + _CLOSED
@@ -182,18 +178,28 @@ def _secret_value(block: str) -> str:
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
-        + _TWICE_ESCAPED
+        + TWICE_ESCAPED
+        + "|"
+        + THRICE_ESCAPED
         + r"|(?!\\\"|\\\\\\\")"
         + _NOT_A_VALUE
         + r"(?:"
         + _IN_FORM
         + r"(?P<secret3>"
         + _VALUE
-        + r"{1,500})|(?<!"
+        + r"(?:"
+        + _VALUE
+        + "|"
+        + _ANGLE
+        + r"){0,499})|(?<!"
         + _FORM_PAIR
         + r")(?P<secret5>"
         + _ANY_VALUE
-        + r"{1,500})))"
+        + r"(?:"
+        + _ANY_VALUE
+        + "|"
+        + _ANGLE
+        + r"){0,499})))"
     )
 
 
@@ -318,8 +324,10 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
     # AWS access key ids (long-term and temporary).
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-    # AWS secret access key assignments (40 base64 chars), keeping the key name.
-    r"(?i)aws_?secret_?access_?key" + _assigned(5) + _QUOTE + "?"
+    # AWS secret access key assignments (40 base64 chars), keeping the key name. It begins at
+    # ``secret``, its ``aws`` read behind: the scanner holds the four spellings of the rest,
+    # not eight with ``aws`` too, of the 64 literals it reads fastest (``redaction_scan``).
+    r"(?i)(?:(?<=aws)|(?<=aws_))secret[_-_]?access_?key" + _assigned(5) + _QUOTE + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
@@ -334,28 +342,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
     # JSON Web Tokens (header.payload.signature, base64url).
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
-    # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
-    # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
-    # Discord webhook's. Keeps the host and the path's fixed words. Each begins at ``://``,
-    # the URL password's literal, the host's labels read after it: a literal of their own
-    # would take the scanner past the 64 the automaton reads fastest (``redaction_scan``).
-    # One pattern, so each ``://`` is tried once for all three. A host's name is read in
-    # lowercase only: read in any case, each try at a ``://`` costs half as much again.
-    r"://"
-    + _HOST
-    + r"(?:telegram\.org"
-    + _PORT
-    + r"/(?:file/)?bot(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
-    + r"|slack\.com"
-    + _PORT
-    + r"/(?:services|workflows|triggers)/(?P<secret2>[A-Za-z0-9+_/\-]{24,256})"
-    + r"|discord(?:app)?\.com"
-    + _PORT
-    + r"/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{5,24}/"
-    + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))",
-    # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
-    # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone.
-    r"://[^\s/?#@:\"'<>\[\]]{0,128}:" + _NOT_REDACTED + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)",
+    # Secrets that are a URL's path, and a URL's password (``secret_urls``).
+    URL_PATH,
+    URL_PASSWORD,
     # Authorization headers: keep the scheme word, redact the credential.
     r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
     r"(?i)"
@@ -382,7 +371,8 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + KEY_COLUMN
     + _SECRET_KEY
     + ANNOTATION
-    + _assigned(3)
+    + _assigned(3, _KEY_QUOTE)
+    + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific

@@ -47,8 +47,8 @@ def test_a_type_is_no_secret(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "kept"),
     [  # a value that is no type's shape is still a secret
-        ("password: Hunter2<br>", f"password: {REDACTED}<br>"),
-        ("token: abc<def>", f"token: {REDACTED}<def>"),
+        ("password: Hunter2<br>", f"password: {REDACTED}"),
+        ("token: abc<def>", f"token: {REDACTED}"),
         ("Password: theagentcompany<", f"Password: {REDACTED}<"),
         ('authToken: Observable<string> = "s3cr3t-v4lue"', None),
         ('apiKey: AuthToken = "s3cr3t-v4lue";', None),
@@ -57,8 +57,8 @@ def test_a_type_is_no_secret(text: str) -> None:
         ("password: Welcome;", f"password: {REDACTED};"),
         ("token: Int64", f"token: {REDACTED}"),
         # a type's shape at a value's start, then more that no code writes after a type
-        ("password: Abc<x>yz9!", f"password: {REDACTED}<x>yz9!"),
-        ("token: Observable<string>hunter2", f"token: {REDACTED}<string>hunter2"),
+        ("password: Abc<x>yz9!", f"password: {REDACTED}"),
+        ("token: Observable<string>hunter2", f"token: {REDACTED}"),
         ("password: &Xk93pq7", f"password: {REDACTED}"),
         ("secret: &str9x", f"secret: {REDACTED}"),
         # after ``=`` no type annotates a name: a shell's or a .env's value before ``;`` or ``,``

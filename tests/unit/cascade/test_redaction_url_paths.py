@@ -55,6 +55,48 @@ def test_a_secret_that_is_a_urls_path_is_redacted(text: str, kept: str) -> None:
     assert redact(out, PATTERNS) == (out, 0)
 
 
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (  # JSON text whose slashes are escaped (PHP's ``json_encode``)
+            f'{{"url": "https:\\/\\/api.telegram.org\\/bot{_TELEGRAM}\\/sendMessage"}}',
+            f'{{"url": "https:\\/\\/api.telegram.org\\/bot{REDACTED}\\/sendMessage"}}',
+        ),
+        (
+            '{"hook": "https:\\/\\/hooks.slack.com\\/services\\/'
+            + _SLACK.replace("/", "\\/")
+            + '"}',
+            f'{{"hook": "https:\\/\\/hooks.slack.com\\/services\\/{REDACTED}"}}',
+        ),
+        (
+            '"https:\\/\\/discord.com\\/api\\/webhooks\\/' + _DISCORD.replace("/", "\\/") + '"',
+            '"https:\\/\\/discord.com\\/api\\/webhooks\\/'
+            + _DISCORD.split("/")[0]
+            + f'\\/{REDACTED}"',
+        ),
+        (  # a host in capitals
+            f"https://API.Telegram.ORG/bot{_TELEGRAM}/getMe",
+            f"https://API.Telegram.ORG/bot{REDACTED}/getMe",
+        ),
+        (
+            f"https://Hooks.Slack.com/services/{_SLACK}",
+            f"https://Hooks.Slack.com/services/{REDACTED}",
+        ),
+        (
+            f"https://Discord.com/api/webhooks/{_DISCORD}",
+            f"https://Discord.com/api/webhooks/{_DISCORD.split('/')[0]}/{REDACTED}",
+        ),
+    ],
+)
+def test_a_url_path_secret_with_escaped_slashes_or_a_capitalised_host_is_redacted(
+    text: str, kept: str
+) -> None:
+    out, n = redact(text, PATTERNS)
+    assert (out, n) == (kept, 1)
+    if text.startswith(("{", '"')):
+        json.loads(out)
+
+
 def test_a_url_path_secret_in_a_calls_arguments_stays_json() -> None:
     args = json.dumps({"cmd": f"curl https://api.telegram.org/bot{_TELEGRAM}/getMe"})
     out, n = redact(args, PATTERNS)
@@ -80,6 +122,10 @@ def test_a_placeholder_in_those_urls_is_kept(text: str) -> None:
     "hostile",
     [
         "://api.telegram.org/bot" * 5_000,
+        ":\\/\\/api.telegram.org\\/bot" * 5_000,
+        "/Telegram.ORG:1/bot1:" * 5_000,
+        ".discord.com\\/api\\/v1\\/webhooks\\/12345\\/" * 3_000,
+        ":\\/\\/hooks.slack.com\\/services\\/" + "a\\/" * 30_000,
         "://api.telegram.org/bot1234567:" + "A" * 100_000,
         "://hooks.slack.com/services/" * 4_000,
         "://a.b.c.d.e.f.g.h.i." * 5_000,
@@ -93,3 +139,15 @@ def test_those_patterns_read_hostile_text_in_linear_time(hostile: str) -> None:
     start = time.process_time()  # CPU time: other processes on the machine do not count
     redact(hostile, PATTERNS)
     assert time.process_time() - start < 0.2
+
+
+def test_a_url_path_secret_without_a_scheme_is_redacted_and_another_hosts_is_kept() -> None:
+    assert redact(f"see discord.com/api/webhooks/{_DISCORD}", PATTERNS) == (
+        f"see discord.com/api/webhooks/{_DISCORD.split('/')[0]}/{REDACTED}",
+        1,
+    )
+    for text in (
+        f"https://evil-slack.com/services/{_SLACK}",
+        f"https://mydiscord.com/api/webhooks/{_DISCORD}",
+    ):
+        assert redact(text, PATTERNS) == (text, 0)
