@@ -204,10 +204,12 @@ _NAME_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 """The words of a parameter's name: split at what is no letter or digit and where a
 capital starts one (``apiKey``, ``X-Amz-Signature``)."""
 _CREDENTIAL_WORDS = frozenset(
-    {"sig", "signature", "auth", "authorization", "pass", "passwd", "password"}
-    | {"cred", "creds", "credential", "credentials"}
+    {"sig", "signature", "authorization", "pass", "passcode", "passphrase", "cred", "creds"}
+    | {"credentials"}
 )
-_CREDENTIAL_ENDINGS = ("key", "token", "secret", "password")
+_CREDENTIAL_ENDINGS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+"""A word that is one of ``_CREDENTIAL_WORDS`` or ends with one of these is a credential's
+(``apikey``, ``oauth``); one holding it elsewhere is not (``keyword``, ``author``)."""
 
 
 def credential_param(name: str) -> bool:

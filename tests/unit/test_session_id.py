@@ -215,7 +215,8 @@ def test_query_parameters_named_like_a_credential_only_by_a_part_of_a_word_are_n
     ``X-Amz-Signature``, ``subscription-key``, ``authkey``), not inside another word
     (``max_tokens``, ``author``, ``design``, ``passage``, ``keyword``, ``credit``): those are
     no credential, and a value that changes per request would make each request a tenant."""
-    for name in ("api_key", "apiKey", "X-Amz-Signature", "subscription-key", "authkey", "Code"):
+    took = ("api_key", "apiKey", "X-Amz-Signature", "subscription-key", "authkey", "Code")
+    for name in (*took, "passcode", "basicauth", "clientCredentials", "sessiontoken"):
         assert query_credential([(name, "v")]) == "v", name
         assert "sk-hidden" not in masked(f"GET /v1/chat?{name}=sk-hidden"), name  # nor logged
     for name in ("max_tokens", "author", "design", "passage", "keyword", "credit", "zipcode"):
