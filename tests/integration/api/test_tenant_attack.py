@@ -300,6 +300,10 @@ def test_query_key_clients_sharing_a_placeholder_bearer_are_separate_tenants(
             assert other.get(f"/v1/sessions/{VICTIM}").status_code == 404
             assert SECRET not in other.get("/v1/sessions").text
         assert SECRET in b.get(f"/v1/sessions/{VICTIM}/messages").text
+        events = f"/v1/sessions/{VICTIM}/events"
+        with b.stream("GET", events, headers={"accept": "text/event-stream"}) as stream:
+            assert stream.status_code == 200  # the stream derives the chat's tenant too
+        assert a.get(events, headers={"accept": "text/event-stream"}).status_code == 404
         only_key = {"authorization": f"Bearer {KEY_B}"}
         assert httpx.get(f"{origin}/v1/sessions/own", headers=only_key).status_code == 200
 
