@@ -14,7 +14,6 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from proxy.cascade.types import LEADING_ROLES
-from proxy.credentials import CREDENTIAL_WORDS
 from proxy.errors import ClientRequestError
 from proxy.jsonio import MAX_FIELD_DEPTH
 
@@ -30,6 +29,7 @@ __all__ = [
     "strip_proxy_fields",
     "tenant_from_bearer",
     "query_credential",
+    "credential_param",
     "bearer_token",
 ]
 
@@ -200,32 +200,60 @@ def bearer_token(authorization: str | None) -> str | None:
     return rest.strip() if scheme.lower() == "bearer" else None
 
 
-_QUERY_CREDENTIAL = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
-"""A query parameter whose name says it holds a credential (``key``, ``api-key``,
-``access_token``, ``sig``; Azure Functions' ``code`` whole), as ``answers.sent_secrets`` and a
-log line read it: the query goes upstream, so a client may pay its provider with one."""
+_NAME_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+"""The words of a parameter's name: split at what is no letter or digit and where a
+capital starts one (``apiKey``, ``X-Amz-Signature``)."""
+_CREDENTIAL_WORDS = frozenset(
+    {"sig", "signature", "authorization", "pass", "passcode", "passphrase", "cred", "creds"}
+    | {"credentials"}
+)
+_CREDENTIAL_ENDINGS = ("key", "token", "secret", "password", "passwd", "auth", "credential")
+"""A word that is one of ``_CREDENTIAL_WORDS`` or ends with one of these is a credential's
+(``apikey``, ``oauth``); one holding it elsewhere is not (``keyword``, ``author``)."""
+
+
+def credential_param(name: str) -> bool:
+    """Whether a query parameter named ``name`` holds a credential: one of its words is a
+    credential's (``key``, ``api_key``, ``apiKey``, ``access_token``, ``sig``,
+    ``X-Amz-Signature``, ``authkey``), or it is Azure Functions' ``code`` whole. Narrower than
+    what a log line masks (``credentials.CREDENTIAL_WORDS`` anywhere in a name): a word
+    inside another (``max_tokens``, ``author``, ``design``, ``keyword``) is no credential,
+    and a value that is none, changing per request, would make each request a tenant."""
+    if name.strip().lower() == "code":
+        return True
+    words = (w.lower() for w in _NAME_WORD.findall(name))
+    return any(w in _CREDENTIAL_WORDS or w.endswith(_CREDENTIAL_ENDINGS) for w in words)
+
+
+def _query_credentials(query: Iterable[tuple[str, str]]) -> list[str]:
+    return [v.strip() for n, v in query if credential_param(n) and v.strip()]
 
 
 def query_credential(query: Iterable[tuple[str, str]]) -> str:
-    """The non-empty values of ``query``'s credential parameters (``_QUERY_CREDENTIAL``), in
+    """The non-empty values of ``query``'s credential parameters (``credential_param``), in
     order, one a line; "" for none."""
-    return "\n".join(v.strip() for n, v in query if _QUERY_CREDENTIAL.search(n) and v.strip())
+    return "\n".join(_query_credentials(query))
 
 
 def tenant_from_bearer(authorization: str | None, query: Iterable[tuple[str, str]] = ()) -> str:
-    """Pass-through tenant: ``t-`` + 24 hex of sha256(bearer token); ``anonymous`` without one.
+    """Pass-through tenant: ``t-`` + 24 hex of sha256(the request's credentials);
+    ``anonymous`` without one.
 
-    The token itself is never stored; the hash only scopes data to whoever holds the key.
-    A header without the ``Bearer`` scheme is hashed whole. Without a token, the token is
-    ``query``'s credential (:func:`query_credential`: the client pays its provider with a key
-    in the query), so clients paying with different keys never share ``anonymous``, and one
-    key is one tenant whichever way it is sent.
+    The credentials are the bearer token (a header without the ``Bearer`` scheme whole) and
+    the values of ``query``'s credential parameters (:func:`query_credential`: the query
+    goes upstream, so a client may pay its provider with one), each once, one a line. All of
+    them, not the bearer alone: an SDK needs an ``api_key``, so a client paying with a key in
+    the query sends a placeholder bearer (``EMPTY``) that every such client shares. One key
+    is one tenant whichever way it is sent, or both ways. The tokens themselves are never
+    stored; the hash only scopes data to whoever holds them.
     """
-    token = "" if authorization is None else bearer_token(authorization)
-    if token is None:
-        token = authorization.strip() if authorization is not None else ""
-    if not token:
-        token = query_credential(query)
-    if not token:
+    token = bearer_token(authorization)
+    if token is None and authorization is not None:
+        token = authorization.strip()
+    found: list[str] = [token] if token else []
+    for value in _query_credentials(query):
+        if value not in found:
+            found.append(value)
+    if not found:
         return "anonymous"
-    return "t-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:24]
+    return "t-" + hashlib.sha256("\n".join(found).encode("utf-8")).hexdigest()[:24]

@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from proxy.logs import masked
 from proxy.session_id import (
     SESSION_ID_RE,
     InvalidSessionId,
     derive_session_id,
     header_value,
     named_session_id,
+    query_credential,
     resolve_session_id,
     strip_proxy_fields,
     tenant_from_bearer,
@@ -175,8 +177,8 @@ def test_tenant_from_non_bearer_header_hashes_whole_value() -> None:
 
 def test_tenant_from_a_query_key_without_a_bearer_token() -> None:
     """A credential in the query (a parameter named as one: ``answers.sent_secrets``) is the
-    tenant when no bearer token is sent: the same tenant as that key sent as a bearer, and a
-    bearer token wins over it."""
+    tenant when no bearer token is sent: the same tenant as that key sent as a bearer; beside
+    another bearer token, the two together are."""
     by_bearer = tenant_from_bearer("Bearer sk-one")
     for name in ("key", "API-Key", "api_key", "access_token", "sig", "code"):
         assert tenant_from_bearer(None, [("api-version", "1"), (name, " sk-one ")]) == by_bearer
@@ -188,6 +190,37 @@ def test_tenant_from_a_query_key_without_a_bearer_token() -> None:
     assert tenant_from_bearer(None, [("api-version", "sk-one"), ("country_code", "x")]) == (
         "anonymous"
     )
+
+
+def test_a_placeholder_bearer_beside_a_query_key_is_not_the_tenant_alone() -> None:
+    """Regression: a client whose SDK needs an ``api_key`` sends a placeholder bearer
+    (``EMPTY``) and pays with a key in the query; the bearer alone was its tenant, one that
+    every such client shared. Every credential the request carries is its tenant together,
+    each once: the same key sent both ways is the tenant of that key alone."""
+    one = tenant_from_bearer("Bearer EMPTY", [("key", "sk-one")])
+    two = tenant_from_bearer("Bearer EMPTY", [("key", "sk-two")])
+    assert one != two
+    assert tenant_from_bearer("Bearer EMPTY") not in (one, two)
+    assert tenant_from_bearer("Bearer sk-one", [("key", "sk-one")]) == tenant_from_bearer(
+        "Bearer sk-one"
+    )
+    assert tenant_from_bearer("Bearer sk-one", [("key", "sk-two")]) not in (
+        tenant_from_bearer("Bearer sk-one"),
+        tenant_from_bearer("Bearer sk-two"),
+    )
+
+
+def test_query_parameters_named_like_a_credential_only_by_a_part_of_a_word_are_not_one() -> None:
+    """A name holds a credential's word as a word of its own (``api_key``, ``apiKey``,
+    ``X-Amz-Signature``, ``subscription-key``, ``authkey``), not inside another word
+    (``max_tokens``, ``author``, ``design``, ``passage``, ``keyword``, ``credit``): those are
+    no credential, and a value that changes per request would make each request a tenant."""
+    took = ("api_key", "apiKey", "X-Amz-Signature", "subscription-key", "authkey", "Code")
+    for name in (*took, "passcode", "basicauth", "clientCredentials", "sessiontoken"):
+        assert query_credential([(name, "v")]) == "v", name
+        assert "sk-hidden" not in masked(f"GET /v1/chat?{name}=sk-hidden"), name  # nor logged
+    for name in ("max_tokens", "author", "design", "passage", "keyword", "credit", "zipcode"):
+        assert query_credential([(name, "v")]) == "", name
 
 
 def test_named_session_id_is_none_only_when_the_client_names_none() -> None:

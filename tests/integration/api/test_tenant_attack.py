@@ -272,6 +272,42 @@ def test_pass_through_clients_whose_key_rides_in_the_query_are_separate_tenants(
     assert "/v1/sessions" in logged and KEY_A not in logged and KEY_B not in logged
 
 
+def test_query_key_clients_sharing_a_placeholder_bearer_are_separate_tenants(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Regression: an SDK needs an ``api_key``, so a client paying with a key in the query
+    sends a placeholder bearer beside it (``EMPTY``); that bearer alone was its tenant, the
+    one every such client shared, and one sending the placeholder alone, paying nothing,
+    read them all. Its tenant is both together: the same key sent both ways that key's."""
+    path = write_config(tmp_path / "agents.json", fake_upstream.url, context={})
+    origin = start_proxy(path).origin
+    placeholder = {"authorization": "Bearer EMPTY"}
+    with (
+        httpx.Client(base_url=origin, timeout=10, headers=placeholder, params={"key": KEY_A}) as a,
+        httpx.Client(base_url=origin, timeout=10, headers=placeholder, params={"key": KEY_B}) as b,
+        httpx.Client(base_url=origin, timeout=10, headers=placeholder) as bare,
+        httpx.Client(
+            base_url=origin,
+            timeout=10,
+            headers={"authorization": f"Bearer {KEY_B}"},
+            params={"key": KEY_B},
+        ) as both_ways,
+    ):
+        _chat(b, VICTIM, [{"role": "user", "content": f"{SECRET}question"}])
+        assert f"key={KEY_B}" in fake_upstream.requests[-1].query  # the query key pays
+        _chat(both_ways, "own", [{"role": "user", "content": "mine"}])
+        for other in (a, bare, both_ways):
+            assert other.get(f"/v1/sessions/{VICTIM}").status_code == 404
+            assert SECRET not in other.get("/v1/sessions").text
+        assert SECRET in b.get(f"/v1/sessions/{VICTIM}/messages").text
+        events = f"/v1/sessions/{VICTIM}/events"
+        with b.stream("GET", events, headers={"accept": "text/event-stream"}) as stream:
+            assert stream.status_code == 200  # the stream derives the chat's tenant too
+        assert a.get(events, headers={"accept": "text/event-stream"}).status_code == 404
+        only_key = {"authorization": f"Bearer {KEY_B}"}
+        assert httpx.get(f"{origin}/v1/sessions/own", headers=only_key).status_code == 200
+
+
 @pytest.mark.parametrize("clients", ["proxy-keys"], indirect=True)
 def test_a_request_under_another_tenants_busy_session_id_waits_for_nothing(
     clients: tuple[httpx.Client, httpx.Client], fake_upstream: FakeUpstream
