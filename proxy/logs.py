@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from proxy import requestlog
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.cascade.secret_urls import URL_PASSWORD
 from proxy.credentials import CREDENTIAL_WORDS
 from proxy.store.dsn import redact_dsn
 
@@ -276,7 +277,7 @@ def _masked_field(value: Any) -> Any:
 def _patterns() -> tuple[re.Pattern[str], ...]:
     """The built-in patterns but a URL's password's, which ``redact_dsn`` masks as ``***``
     (the pattern would rewrite that ``***``)."""
-    return tuple(p for p in compile_patterns(()) if not p.pattern.startswith("://"))
+    return tuple(p for p in compile_patterns(()) if p.pattern != URL_PASSWORD)
 
 
 def causes(exc: BaseException, depth: int = 3) -> str:
