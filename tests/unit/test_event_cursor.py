@@ -86,3 +86,32 @@ def test_a_late_id_sent_after_a_higher_one_leaves_the_client_past_the_higher() -
 
     sent = asyncio.run(stream())
     assert [f["id"] for f in sent] == ["12", "10.2", "11", "12"]
+
+
+def test_two_ids_committed_late_both_come_on_the_reconnect_with_the_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the stream sent 13 and 15 above its mark, 10; 11 and 14 commit after its last frame
+    table = [13, 15]
+
+    async def fetch(_pool: Any, *, after_id: int, **_: Any) -> Any:
+        ids = sorted(i for i in table if i > after_id)
+        return None, [{"id": i, "name": "n", "data": "{}", "settled": False} for i in ids]
+
+    monkeypatch.setattr("proxy.store.events.fetch_session_events_after", fetch)
+    first = event_cursor.Cursor(10, datetime.now(UTC), lambda agent: True)
+    first.take(13)
+    first.take(15)
+    token = first.token()
+    assert token == "10.3.5"
+    table += [11, 14]
+    mark, *above = (int(part) for part in token.split("."))
+    resumed = event_cursor.Cursor(
+        mark, datetime.now(UTC), lambda agent: True, got=frozenset(mark + i for i in above)
+    )
+
+    async def read() -> list[int]:
+        return [int(f["id"]) async for f in resumed.catch_up(None, "t", "s")]
+
+    assert asyncio.run(read()) == [11, 14]
+    assert resumed.token() == "10.1.3.4.5"  # 12 is not the client's: it may yet commit
