@@ -61,7 +61,8 @@ log = logging.getLogger("cascade.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CREATED_ENV = "PROMETHEUS_DISABLE_CREATED_SERIES"
-"""prometheus-client's own switch for the ``*_created`` series; unset, the proxy turns them off."""
+"""prometheus-client's own switch for the ``*_created`` series; unset or empty, the proxy turns
+them off."""
 STAGES = ("truncation", "eviction", "compaction", "overflow")
 """The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
 
@@ -147,7 +148,7 @@ def _created_series() -> None:
     prometheus-client reads it: they double the counters' series for a figure no dashboard
     here reads, and multiprocess mode never exports them, so both modes export the same
     names. The switch is the process's (prometheus-client keeps it in a global)."""
-    value = os.environ.get(CREATED_ENV)
+    value = os.environ.get(CREATED_ENV) or None  # an empty variable is an unset one
     if value is None or value.lower() in ("true", "1", "t"):
         disable_created_metrics()  # type: ignore[no-untyped-call]
     else:

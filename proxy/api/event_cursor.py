@@ -76,16 +76,20 @@ class Cursor:
         return event_id <= self.mark or event_id in self.sent
 
     def token(self) -> str | None:
-        """The resume token for the client to reconnect with, past what this stream sent
-        (``None``: the highest id sent says it all): the mark, then each id sent above it
-        less the mark, dot-separated. An id between the mark and the highest one sent that
+        """What the client is to reconnect with, past what this stream sent: the highest id
+        sent when it sent each one from the mark up to it, else a resume token, the mark,
+        then each id sent above it less the mark, dot-separated (``None``: none sent above
+        the mark, or too many to list). An id between the mark and the highest one sent that
         the stream has not sent may be one a writer has yet to commit (two writers), which a
-        reconnect's replay with the highest id alone would take for the client's."""
+        reconnect's replay with the highest id alone would take for the client's; an id sent
+        after a higher one would have that higher one sent again."""
         if len(self.sent) > TOKEN_IDS:
             return None
         above = sorted(i for i in self.sent if i > self.mark)
-        if not above or len(above) > TOKEN_IDS or above[-1] - self.mark == len(above):
-            return None  # none, too many, or no gap: each id up to the highest sent
+        if not above:
+            return None
+        if above[-1] - self.mark == len(above):
+            return str(above[-1])  # no gap: each id up to the highest sent
         return ".".join([str(self.mark), *(str(i - self.mark) for i in above)])
 
     def take(self, event_id: int) -> bool:

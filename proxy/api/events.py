@@ -197,14 +197,17 @@ async def _stream(
 async def _resumable(
     frames: AsyncIterator[dict[str, Any]], cursor: Cursor
 ) -> AsyncIterator[dict[str, Any]]:
-    """``frames``, each persisted event's followed by a frame of the resume token alone when
-    the stream has one (``Cursor.token``): the client's Last-Event-ID, should the stream end
-    there, then says which events below its last one it has, so the reconnect's replay sends
-    one committed after that last frame (two writers), which its id alone would skip."""
+    """``frames``, each persisted event's followed by a frame of an ``id`` alone when the
+    client is to resume elsewhere (``Cursor.token``): its Last-Event-ID, should the stream
+    end there, then says which events below its last one it has, so the reconnect's replay
+    sends one committed after that last frame (two writers), which its id alone would skip,
+    and not again one above an id sent late."""
     async for frame in frames:
         yield frame
-        if "data" in frame and "id" in frame and (token := cursor.token()) is not None:
-            yield {"id": token}
+        if "data" in frame and "id" in frame:
+            token = cursor.token()
+            if token not in (None, frame["id"]):
+                yield {"id": token}
 
 
 async def _live(

@@ -8,13 +8,15 @@ from __future__ import annotations
 from fastapi import Request
 
 from proxy.api.deps import BIGINT_MAX
+from proxy.api.event_cursor import TOKEN_IDS
 from proxy.errors import ClientRequestError
 
 __all__ = ["LAST_EVENT_ID", "LAST_EVENT_ID_QUERY", "TOKEN_CHARS", "after"]
 
 TOKEN_CHARS = 1500
 """The longest resume token taken: ``event_cursor.TOKEN_IDS`` ids, each at most 19 digits
-(a bigint) and a dot."""
+(a bigint) and a dot; one listing more ids than that is refused too, never one a stream
+sends."""
 
 LAST_EVENT_ID = {
     "name": "Last-Event-ID",
@@ -49,7 +51,7 @@ def after(request: Request) -> tuple[int, frozenset[int]]:
         )
     mark = _id(param, parts[0])
     got = frozenset(mark + _id(param, p) for p in parts[1:])
-    if any(i == mark or i > BIGINT_MAX for i in got):
+    if len(parts) > TOKEN_IDS + 1 or any(i == mark or i > BIGINT_MAX for i in got):
         raise ClientRequestError(
             f"{param} {value[:30]!r} is not a resume token",
             param=param,

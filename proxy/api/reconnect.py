@@ -52,7 +52,8 @@ _SPREAD = Spread()
 
 def frame() -> dict[str, Any]:
     """The frame that ends a stream for a new listener: a comment, and the stream's
-    ``retry`` (no ``id``: the client's Last-Event-ID stays the last event it received)."""
+    ``retry`` (no ``id``: the client's Last-Event-ID stays the last id it received, an
+    event's or a resume token's)."""
     return {"comment": "reconnect", "retry": _SPREAD()}
 
 

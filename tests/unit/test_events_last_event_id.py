@@ -8,6 +8,7 @@ import pytest
 from starlette.requests import Request
 
 from proxy.api import events
+from proxy.api.event_cursor import TOKEN_IDS
 from proxy.errors import ClientRequestError
 
 
@@ -43,3 +44,10 @@ def test_a_resume_token_names_its_mark_and_the_ids_above_it_the_client_has() -> 
 def test_a_mangled_resume_token_is_the_clients_400(value: str) -> None:
     with pytest.raises(ClientRequestError):
         events._after(_request(value))
+
+
+def test_a_resume_token_lists_no_more_ids_than_a_stream_sends() -> None:
+    most = "40" + ".1" * TOKEN_IDS  # as many as Cursor.token lists, repeated or not
+    assert events._after(_request(most)) == (40, frozenset({41}))
+    with pytest.raises(ClientRequestError, match="not a resume token"):
+        events._after(_request(most + ".2"))

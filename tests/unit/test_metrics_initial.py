@@ -69,3 +69,14 @@ def test_no_created_series_unless_prometheus_clients_switch_asks(
 def _counted(metrics: Metrics) -> str:
     metrics.requests.labels("/v1/models", "GET", "200").inc()
     return metrics.render().decode()
+
+
+def test_an_empty_created_switch_is_an_unset_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As every empty variable is (README): a compose file's ``PROMETHEUS_DISABLE_CREATED_SERIES:``
+    left blank keeps them off, where prometheus-client reads it as ``false``."""
+    monkeypatch.setenv(CREATED_ENV, "")
+    try:
+        assert "_created" not in _counted(Metrics())
+    finally:
+        monkeypatch.delenv(CREATED_ENV)
+        Metrics()

@@ -197,7 +197,13 @@ def test_bad_offsets_event_ids_and_branch_ids_are_400(
             http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": "²".encode()}),
             "Last-Event-ID",
         ),
-        (http.get(f"/v1/sessions/{SID}/events?last_event_id=1.5"), "last_event_id"),
+        # a resume token (``1.5``) is taken; a mangled one is not
+        (http.get(f"/v1/sessions/{SID}/events?last_event_id=1.5e3"), "last_event_id"),
+        (http.get(f"/v1/sessions/{SID}/events?last_event_id=1.0"), "last_event_id"),
+        (
+            http.get(f"/v1/sessions/{SID}/events", headers={"last-event-id": "1." * 800}),
+            "Last-Event-ID",
+        ),
         (http.post(f"/v1/sessions/{SID}/branch", json={"id": 123}), "id"),
         (http.post(f"/v1/sessions/{SID}/branch", json={"id": ""}), None),
     ]:
