@@ -212,20 +212,23 @@ def query_credential(query: Iterable[tuple[str, str]]) -> str:
     return "\n".join(v.strip() for n, v in query if _QUERY_CREDENTIAL.search(n) and v.strip())
 
 
-def tenant_from_bearer(authorization: str | None, query: Iterable[tuple[str, str]] = ()) -> str:
+def tenant_from_bearer(
+    authorization: str | None, query: Iterable[tuple[str, str]] = (), api_key: str | None = None
+) -> str:
     """Pass-through tenant: ``t-`` + 24 hex of sha256(bearer token); ``anonymous`` without one.
 
     The token itself is never stored; the hash only scopes data to whoever holds the key.
     A header without the ``Bearer`` scheme is hashed whole. Without a token, the token is
-    ``query``'s credential (:func:`query_credential`: the client pays its provider with a key
-    in the query), so clients paying with different keys never share ``anonymous``, and one
-    key is one tenant whichever way it is sent.
+    the client's ``api_key`` header (``AzureOpenAI`` sends its key there, forwarded as a
+    bearer is), else ``query``'s credential (:func:`query_credential`: the client pays its
+    provider with a key in the query), so clients paying with different keys never share
+    ``anonymous``, and one key is one tenant whichever way it is sent.
     """
     token = "" if authorization is None else bearer_token(authorization)
     if token is None:
         token = authorization.strip() if authorization is not None else ""
     if not token:
-        token = query_credential(query)
+        token = (api_key or "").strip() or query_credential(query)
     if not token:
         return "anonymous"
     return "t-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:24]
