@@ -1,0 +1,44 @@
+"""``sse.BodySplitter`` holds a body whole only while it can be a JSON answer: one that opens
+with ``{`` and then holds a data line after a blank line (no JSON text has one: a JSON string
+holds no line break, and ``data`` is no JSON word) is an event stream after all, relayed as
+its events come from there on, not held to its end; a byte-order mark cut between reads
+still opens a whole answer."""
+
+from __future__ import annotations
+
+import json
+
+from proxy import sse
+
+_CHUNK = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+
+
+def test_a_stream_after_a_bare_json_line_goes_out_as_its_events_come() -> None:
+    splitter = sse.BodySplitter()
+    assert splitter.feed(b'{"notice": "warming up"}\n') == []  # a JSON answer, so far
+    events = splitter.feed(b"\n" + _CHUNK[:20])
+    events += splitter.feed(_CHUNK[20:])
+    assert events == [b'{"notice": "warming up"}\n\n', _CHUNK]
+    assert splitter.feed(sse.DONE) == [sse.DONE] and splitter.flush() == b""
+    cut = sse.BodySplitter()  # the blank line and the field cut between reads
+    assert cut.feed(b'{"a": 1}\r\n\r') == [] and cut.feed(b"\nda") == []
+    assert cut.feed(b"ta: 1\n\n") == [b'{"a": 1}\r\n\r\n', b"data: 1\n\n"]
+
+
+def test_a_pretty_printed_answer_is_held_whole() -> None:
+    whole = json.dumps({"choices": [{"message": {"content": "data:\n\ndata: x"}}]}, indent=2)
+    body = whole.replace("\n", "\n\n").encode()  # blank lines between its lines
+    splitter = sse.BodySplitter()
+    assert [e for i in range(0, len(body), 7) for e in splitter.feed(body[i : i + 7])] == []
+    assert splitter.flush() == body
+
+
+def test_a_byte_order_mark_cut_between_reads_still_opens_a_whole_answer() -> None:
+    splitter = sse.BodySplitter()
+    assert splitter.feed(b"\xef") == [] and splitter.feed(b"\xbb") == []
+    assert splitter.feed(b'\xbf{"a":\n\n1}') == []
+    assert splitter.flush() == b'\xef\xbb\xbf{"a":\n\n1}'
+    stream = sse.BodySplitter()
+    assert stream.feed(b"\xef\xbb") == [] and stream.feed(b"\xbf" + _CHUNK) == [
+        b"\xef\xbb\xbf" + _CHUNK
+    ]
