@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from proxy.cascade.types import LEADING_ROLES
-from proxy.credentials import CREDENTIAL_WORDS
+from proxy.credentials import CREDENTIAL_PARAM
 from proxy.errors import ClientRequestError
 from proxy.jsonio import MAX_FIELD_DEPTH
 
@@ -200,16 +200,10 @@ def bearer_token(authorization: str | None) -> str | None:
     return rest.strip() if scheme.lower() == "bearer" else None
 
 
-_QUERY_CREDENTIAL = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
-"""A query parameter whose name says it holds a credential (``key``, ``api-key``,
-``access_token``, ``sig``; Azure Functions' ``code`` whole), as ``answers.sent_secrets`` and a
-log line read it: the query goes upstream, so a client may pay its provider with one."""
-
-
 def query_credential(query: Iterable[tuple[str, str]]) -> str:
-    """The non-empty values of ``query``'s credential parameters (``_QUERY_CREDENTIAL``), in
-    order, one a line; "" for none."""
-    return "\n".join(v.strip() for n, v in query if _QUERY_CREDENTIAL.search(n) and v.strip())
+    """The non-empty values of ``query``'s credential parameters
+    (``credentials.CREDENTIAL_PARAM``), in order, one a line; "" for none."""
+    return "\n".join(v.strip() for n, v in query if CREDENTIAL_PARAM.search(n) and v.strip())
 
 
 def tenant_from_bearer(
