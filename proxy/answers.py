@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.credentials import scrub_bytes, scrub_text, sent_authorization, sent_secrets
+from proxy.credentials import scrub_bytes, scrub_text, sent_secrets
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import dumps, loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
@@ -32,8 +32,6 @@ __all__ = [
     "response_headers",
     "scrub_error",
     "scrubbed",
-    "sent_authorization",
-    "sent_secrets",
     "size_text",
 ]
 
