@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "BOM",
     "DONE",
     "KEEPALIVE",
     "STREAM_HEADERS",
@@ -125,7 +126,8 @@ class BodySplitter:
     one's blank lines end no events. Held only until a field's line follows a blank line
     (``_EVENT_AFTER``), which no JSON text holds: a stream that opened with a bare JSON line
     goes out as its events come from there on. Blank space (and a byte-order mark's first
-    bytes) before the first other byte is held until that byte says which the body is."""
+    bytes) before the first other byte is held until that byte says which the body is; a
+    stream's leading byte-order mark is dropped, as an SSE parser drops it."""
 
     __slots__ = ("_events", "_head", "_whole")
 
@@ -141,12 +143,13 @@ class BodySplitter:
         if self._head is not None:
             self._head += chunk
             opening = opening_of(self._head)
-            if not opening or _BOM.startswith(opening):  # nothing yet says which it is
+            if not opening or BOM.startswith(opening):  # nothing yet says which it is
                 return []
             chunk, self._head = bytes(self._head), None
             if opening.startswith(b"{"):
                 self._whole = bytearray()
                 return self._held(chunk)
+            chunk = chunk.removeprefix(BOM)  # an SSE parser skips it: no part of an event
         return self._events.feed(chunk)
 
     def _held(self, chunk: bytes) -> list[bytes]:
@@ -176,7 +179,8 @@ class BodySplitter:
         return self._events.flush()
 
 
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark, which a .NET writer puts first, and a JSON or SSE parser skips."""
 _EVENT_AFTER = re.compile(rb"(?:\r\n?|\n)(?:\r\n?|\n)(?:data|event|id|retry):")
 """A blank line, then a line opening with an SSE field: an event stream, never a JSON text
 (whose strings hold no line break, and whose words are no field's name)."""
@@ -186,7 +190,7 @@ _EVENT_AFTER_SPAN = 10  # the most bytes of a match that one read can have ended
 def opening_of(body: bytes | bytearray) -> bytes:
     """``body`` past its blank space and a UTF-8 byte-order mark (a .NET writer's), which
     an SSE parser and a JSON parser each skip."""
-    return bytes(body.lstrip().removeprefix(_BOM).lstrip())
+    return bytes(body.lstrip().removeprefix(BOM).lstrip())
 
 
 def _whole_events(chunk: bytes) -> bool:

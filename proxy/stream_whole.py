@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.chunks import StreamAccumulator, index_of
-from proxy.sse import EventSplitter, event_data, is_done, is_map, parse_chunk
+from proxy.sse import BOM, EventSplitter, event_data, is_done, is_map, opening_of, parse_chunk
 
 __all__ = ["opens_as_events", "stream_completion"]
 
@@ -20,9 +20,10 @@ _FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 
 
 def opens_as_events(body: bytes) -> bool:
-    """Whether ``body`` opens as an event stream (its first line past blank space a field or
-    a comment): a provider that streamed an answer a call asked whole for."""
-    return body[:256].lstrip().startswith(_FIELDS)
+    """Whether ``body`` opens as an event stream (its first line past blank space and a
+    byte-order mark a field or a comment): a provider that streamed an answer a call asked
+    whole for."""
+    return opening_of(body[:256]).startswith(_FIELDS)
 
 
 def stream_completion(body: bytes) -> dict[str, Any] | None:
@@ -38,7 +39,7 @@ def stream_completion(body: bytes) -> dict[str, Any] | None:
     acc, done = StreamAccumulator(), False
     logprobs: dict[int, dict[str, Any]] = {}
     tier = None
-    for event in [*splitter.feed(body), splitter.flush()]:
+    for event in [*splitter.feed(body.removeprefix(BOM)), splitter.flush()]:
         if is_done(event):
             done = True
             break

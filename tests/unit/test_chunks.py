@@ -368,3 +368,11 @@ def test_stream_completion_keeps_each_choices_logprobs_and_the_service_tier() ->
     plain = stream_completion(b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n')
     assert plain is not None and plain["choices"][0]["logprobs"] is None
     assert "service_tier" not in plain
+
+
+def test_stream_completion_reads_a_stream_after_a_byte_order_mark() -> None:
+    first = {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}
+    last = {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in (first, last))
+    built = stream_completion(b"\xef\xbb\xbf" + body)
+    assert built is not None and built["choices"][0]["message"]["content"] == "Hello"
