@@ -125,9 +125,10 @@ class BodySplitter:
     field's name or ``:``): it is held whole and given by ``flush``, since a pretty-printed
     one's blank lines end no events. Held only until a field's line follows a blank line
     (``_EVENT_AFTER``), which no JSON text holds: a stream that opened with a bare JSON line
-    goes out as its events come from there on. Blank space (and a byte-order mark's first
-    bytes) before the first other byte is held until that byte says which the body is; a
-    stream's leading byte-order mark is dropped, as an SSE parser drops it."""
+    goes out as its events come from there on. Blank lines before the first other byte go
+    out as they end (``_blank_lines``); a byte-order mark's first bytes wait for the byte
+    that says which the body is, and a stream's leading mark is dropped, as an SSE parser
+    drops it."""
 
     __slots__ = ("_events", "_head", "_whole")
 
@@ -143,7 +144,9 @@ class BodySplitter:
         if self._head is not None:
             self._head += chunk
             opening = opening_of(self._head)
-            if not opening or BOM.startswith(opening):  # nothing yet says which it is
+            if not opening:  # blank space: its ended lines go out (a provider's keep-alive)
+                return self._blank_lines()
+            if BOM.startswith(opening):  # nothing yet says which the body is
                 return []
             chunk, self._head = bytes(self._head), None
             if opening.startswith(b"{"):
@@ -151,6 +154,19 @@ class BodySplitter:
                 return self._held(chunk)
             chunk = chunk.removeprefix(BOM)  # an SSE parser skips it: no part of an event
         return self._events.feed(chunk)
+
+    def _blank_lines(self) -> list[bytes]:
+        """The events of the head's ended lines, all blank (no field: each goes out as the
+        relay sends an unknown field's, as a keep-alive), taken from it: blank space before a
+        JSON answer is no part of it, and the rest of a line waits for its end."""
+        head = self._head
+        assert head is not None
+        end = max(head.rfind(b"\n"), head.rfind(b"\r")) + 1
+        if not end:
+            return []
+        lines = bytes(head[:end]).removeprefix(BOM)
+        del head[:end]
+        return self._events.feed(lines)
 
     def _held(self, chunk: bytes) -> list[bytes]:
         """``chunk`` added to the whole answer held; its events, and the events' from then

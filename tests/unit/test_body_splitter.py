@@ -47,3 +47,18 @@ def test_a_stream_after_a_byte_order_mark_is_its_events_without_it() -> None:
     stream = sse.BodySplitter()
     assert stream.feed(b"\xef\xbb") == [] and stream.feed(b"\xbf" + _CHUNK) == [_CHUNK]
     assert sse.parse_chunk(_CHUNK) is not None
+
+
+def test_blank_lines_before_the_first_byte_go_out_as_they_come() -> None:
+    """A provider that sends blank lines before its answer (a keep-alive while it thinks)
+    has them relayed as they come, as events of no field: held, they left the client with
+    no byte (the relay's own keep-alive waits for the provider's silence). A pretty-printed
+    whole answer after them is held whole all the same."""
+    splitter = sse.BodySplitter()
+    assert splitter.feed(b"\n") == [b"\n"]
+    assert splitter.feed(b"\r\n \t") == [b"\r\n"]  # a line's blank space waits for its end
+    body = b'{\n\n  "choices": []\n\n}'
+    assert splitter.feed(body[:5]) == [] and splitter.feed(body[5:]) == []
+    assert splitter.flush().strip() == body
+    stream = sse.BodySplitter()
+    assert stream.feed(b"\n\n") == [b"\n", b"\n"] and stream.feed(_CHUNK) == [_CHUNK]
