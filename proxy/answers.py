@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from proxy.config import ProviderConfig
-from proxy.credentials import scrub_bytes, scrub_text, sent_authorization, sent_secrets
+from proxy.credentials import scrub_bytes, scrub_text, sent_secrets
 from proxy.errors import UpstreamBadResponse
 from proxy.jsonio import dumps, loads, loads_json
 from proxy.provider_errors import mapped_errors, provider_name
@@ -32,8 +32,6 @@ __all__ = [
     "response_headers",
     "scrub_error",
     "scrubbed",
-    "sent_authorization",
-    "sent_secrets",
     "size_text",
 ]
 
@@ -123,12 +121,14 @@ def scrubbed(status: int, body: bytes, request: httpx.Request | None) -> bytes:
 def scrub_error(body: bytes, request: httpx.Request | None) -> bytes:
     """An error's body without the credential ``request`` sent, as bytes or as a JSON escape
     spells it (``_escapes_scrubbed``): whatever quotes an error (a relayed body, a log line,
-    an event) quotes it so."""
+    an event) quotes it so. A body that reads as UTF-16 or UTF-32 (``_wide``) is scrubbed so
+    too, after its bytes are: a UTF-8 one with a zero byte in its head reads as one."""
     secrets = sent_secrets(request)
-    if secrets and (wide := _wide(body)) is not None:
-        return _wide_scrubbed(body, wide, secrets)
     out = scrub_bytes(body, secrets)
-    return _escapes_scrubbed(out, secrets) if secrets and b"\\u" in out else out
+    out = _escapes_scrubbed(out, secrets) if secrets and b"\\u" in out else out
+    if secrets and (wide := _wide(body)) is not None:
+        return _wide_scrubbed(out, wide, secrets)
+    return out
 
 
 _BOMS = (

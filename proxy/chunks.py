@@ -15,24 +15,13 @@ from typing import Any
 
 from proxy.cascade.delta_fields import OwnFields
 from proxy.jsonio import storable
-from proxy.sse import (
-    DONE,
-    EventSplitter,
-    encode_event,
-    event_data,
-    is_done,
-    is_map,
-    parse_chunk,
-    usage_of,
-)
+from proxy.sse import DONE, encode_event, is_map, usage_of
 
 __all__ = [
     "MAX_OWN_FIELDS",
     "StreamAccumulator",
     "completion_to_chunks",
     "index_of",
-    "opens_as_events",
-    "stream_completion",
     "storable",
 ]
 
@@ -343,39 +332,3 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
         frames.append(encode_event({**base, "choices": [], "usage": usage}))
     frames.append(DONE)
     return frames
-
-
-_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
-
-
-def opens_as_events(body: bytes) -> bool:
-    """Whether ``body`` opens as an event stream (its first line past blank space a field or
-    a comment): a provider that streamed an answer a call asked whole for."""
-    return body[:256].lstrip().startswith(_FIELDS)
-
-
-def stream_completion(body: bytes) -> dict[str, Any] | None:
-    """The ``chat.completion`` an event stream of chunks builds, as a relayed stream's reply
-    is built (a gateway that always streams answered a call that asked for a whole answer);
-    an error object it sent instead of a chunk (``{"error": …}``, the caller's to raise);
-    None for a body that is no finished chat stream: one that does not open as events, a
-    data event that is no JSON object, or one that stops with neither ``[DONE]`` nor a
-    finish reason on each choice (an answer cut short is not a whole one)."""
-    if not opens_as_events(body):
-        return None
-    splitter = EventSplitter()
-    acc, done = StreamAccumulator(), False
-    for event in [*splitter.feed(body), splitter.flush()]:
-        if is_done(event):
-            done = True
-            break
-        chunk = parse_chunk(event)
-        if chunk is None:
-            if event_data(event):  # data no chunk is: no stream the proxy can read
-                return None
-            continue
-        if chunk.get("error") is not None:
-            return dict(chunk)
-        acc.add(chunk)
-    finished = all(acc.finish_reason(i) is not None for i in acc.indices)
-    return acc.to_completion() if acc.indices and (done or finished) else None

@@ -29,6 +29,7 @@ from proxy.cascade.redaction import REDACTED
 
 __all__ = [
     "CLIENT_KEY_HEADER",
+    "CREDENTIAL_PARAM",
     "CREDENTIAL_WORDS",
     "MIN_SECRET_CHARS",
     "header_secrets",
@@ -44,7 +45,7 @@ MIN_SECRET_CHARS = 6
 CREDENTIAL_WORDS = "key|token|secret|sig|auth|pass|cred"
 """The words (a regular expression's alternatives) a query parameter's name holds when it
 holds a credential (``key``, ``api_key``, ``access_token``, ``sig``): what a call sent as one
-(``answers.sent_secrets``) and what a log line masks (``logs.masked``). Azure Functions'
+(``sent_secrets``) and what a log line masks (``logs.masked``). Azure Functions'
 ``code`` is one only whole (``country_code`` is none); each reader adds it so."""
 CLIENT_KEY_HEADER = "api-key"
 """The header Azure OpenAI takes a key in, which its SDK's ``AzureOpenAI`` client sends in
@@ -122,8 +123,11 @@ def header_secrets(request: httpx.Request | None) -> tuple[str, ...]:
     return _spellings((*found, key.strip())) if key and key.strip() else found
 
 
-# ``code`` whole: Azure Functions' function key; a name holding it (``country_code``) is none
-_CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
+CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
+"""A query parameter whose name says it holds a credential (``key``, ``api-key``,
+``access_token``, ``sig``; Azure Functions' ``code`` whole, ``country_code`` is none): what a
+call sent as one (``sent_secrets``) and whose tenant a pass-through client is
+(``session_id.query_credential``): the query goes upstream, so a client may pay with one."""
 
 
 def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
@@ -138,7 +142,7 @@ def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
     found = list(header_secrets(request))
     url = getattr(request, "url", None)  # a stand-in request may have headers alone
     for name, value in url.params.multi_items() if url is not None else ():
-        if _CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
+        if CREDENTIAL_PARAM.search(name) and len(value) >= MIN_SECRET_CHARS:
             # as sent, its "+" read as a space by the proxy too, and as the URL spells it
             for form in {value, value.replace(" ", "+"), str(httpx.QueryParams({"k": value}))[2:]}:
                 found += (form, json.dumps(form)[1:-1])

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from proxy import chunk_faults, chunks
+from proxy import chunk_faults, stream_whole
 from proxy.config import ProviderConfig
 from proxy.credentials import query_key_sent
 from proxy.errors import UpstreamBadResponse, UpstreamTimeout, UpstreamUnavailable
@@ -272,7 +272,7 @@ def log_stream_error(provider: ProviderConfig, status: int, label: str) -> None:
 
 def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
     """A 2xx answer's chat completion (built from its chunks when the provider streamed it,
-    ``chunks.stream_completion``); anything else the provider sent is a 502, one whose
+    ``stream_whole.stream_completion``); anything else the provider sent is a 502, one whose
     choices or tool calls are malformed too (the 502's message, logged, names the provider
     and what was wrong, never the content), and an error object sent as a success, whose
     502 quotes its message while the log line names only its type and code (both without the
@@ -280,7 +280,7 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
     try:
         data, parsed = resp.json(), True
     except ValueError:  # a stream where a whole answer belongs is read as its chunks build
-        data = chunks.stream_completion(resp.content)
+        data = stream_whole.stream_completion(resp.content)
         parsed = data is not None
     if (failure := chunk_faults.error_answer(data)) is not None:
         note_bad_answer(provider.name, "error_answer")

@@ -235,12 +235,15 @@ def query_credential(query: Iterable[tuple[str, str]]) -> str:
     return "\n".join(_query_credentials(query))
 
 
-def tenant_from_bearer(authorization: str | None, query: Iterable[tuple[str, str]] = ()) -> str:
+def tenant_from_bearer(
+    authorization: str | None, query: Iterable[tuple[str, str]] = (), api_key: str | None = None
+) -> str:
     """Pass-through tenant: ``t-`` + 24 hex of sha256(the request's credentials);
     ``anonymous`` without one.
 
-    The credentials are the bearer token (a header without the ``Bearer`` scheme whole) and
-    the values of ``query``'s credential parameters (:func:`query_credential`: the query
+    The credentials are the bearer token (a header without the ``Bearer`` scheme whole), the
+    client's ``api_key`` header (``AzureOpenAI`` sends its key there, forwarded as a bearer
+    is) and the values of ``query``'s credential parameters (:func:`query_credential`: the query
     goes upstream, so a client may pay its provider with one), each once, one a line. All of
     them, not the bearer alone: an SDK needs an ``api_key``, so a client paying with a key in
     the query sends a placeholder bearer (``EMPTY``) that every such client shares. One key
@@ -251,8 +254,8 @@ def tenant_from_bearer(authorization: str | None, query: Iterable[tuple[str, str
     if token is None and authorization is not None:
         token = authorization.strip()
     found: list[str] = [token] if token else []
-    for value in _query_credentials(query):
-        if value not in found:
+    for value in [(api_key or "").strip(), *_query_credentials(query)]:
+        if value and value not in found:
             found.append(value)
     if not found:
         return "anonymous"

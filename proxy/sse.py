@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "BOM",
     "DONE",
     "KEEPALIVE",
     "STREAM_HEADERS",
@@ -122,8 +123,12 @@ class BodySplitter:
     space and a byte-order mark (``opening_of``) is ``{`` is a whole JSON answer where a
     stream belongs (a provider that ignored ``stream``), no event (an SSE line opens with a
     field's name or ``:``): it is held whole and given by ``flush``, since a pretty-printed
-    one's blank lines end no events. Blank space before the first other byte is held until
-    that byte says which the body is."""
+    one's blank lines end no events. Held only until a field's line follows a blank line
+    (``_EVENT_AFTER``), which no JSON text holds: a stream that opened with a bare JSON line
+    goes out as its events come from there on. Blank lines before the first other byte go
+    out as they end (``_blank_lines``); a byte-order mark's first bytes wait for the byte
+    that says which the body is, and a stream's leading mark is dropped, as an SSE parser
+    drops it."""
 
     __slots__ = ("_events", "_head", "_whole")
 
@@ -135,18 +140,45 @@ class BodySplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """As ``EventSplitter.feed``; no event for a whole JSON answer, held."""
         if self._whole is not None:
-            self._whole += chunk
-            return []
+            return self._held(chunk)
         if self._head is not None:
             self._head += chunk
             opening = opening_of(self._head)
-            if not opening:
+            if not opening:  # blank space: its ended lines go out (a provider's keep-alive)
+                return self._blank_lines()
+            if BOM.startswith(opening):  # nothing yet says which the body is
                 return []
             chunk, self._head = bytes(self._head), None
             if opening.startswith(b"{"):
-                self._whole = bytearray(chunk)
-                return []
+                self._whole = bytearray()
+                return self._held(chunk)
+            chunk = chunk.removeprefix(BOM)  # an SSE parser skips it: no part of an event
         return self._events.feed(chunk)
+
+    def _blank_lines(self) -> list[bytes]:
+        """The events of the head's ended lines, all blank (no field: each goes out as the
+        relay sends an unknown field's, as a keep-alive), taken from it: blank space before a
+        JSON answer is no part of it, and the rest of a line waits for its end."""
+        head = self._head
+        assert head is not None
+        end = max(head.rfind(b"\n"), head.rfind(b"\r")) + 1
+        if not end:
+            return []
+        lines = bytes(head[:end]).removeprefix(BOM)
+        del head[:end]
+        return self._events.feed(lines)
+
+    def _held(self, chunk: bytes) -> list[bytes]:
+        """``chunk`` added to the whole answer held; its events, and the events' from then
+        on, once a field's line after a blank line shows it a stream."""
+        whole = self._whole
+        assert whole is not None
+        start = max(len(whole) - _EVENT_AFTER_SPAN, 0)  # one cut between reads is found too
+        whole += chunk
+        if _EVENT_AFTER.search(whole, start) is None:
+            return []
+        self._whole = None
+        return self._events.feed(bytes(whole))
 
     @property
     def pending(self) -> int:
@@ -163,10 +195,18 @@ class BodySplitter:
         return self._events.flush()
 
 
+BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark, which a .NET writer puts first, and a JSON or SSE parser skips."""
+_EVENT_AFTER = re.compile(rb"(?:\r\n?|\n)(?:\r\n?|\n)(?:data|event|id|retry):")
+"""A blank line, then a line opening with an SSE field: an event stream, never a JSON text
+(whose strings hold no line break, and whose words are no field's name)."""
+_EVENT_AFTER_SPAN = 10  # the most bytes of a match that one read can have ended in
+
+
 def opening_of(body: bytes | bytearray) -> bytes:
     """``body`` past its blank space and a UTF-8 byte-order mark (a .NET writer's), which
     an SSE parser and a JSON parser each skip."""
-    return bytes(body.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip())
+    return bytes(body.lstrip().removeprefix(BOM).lstrip())
 
 
 def _whole_events(chunk: bytes) -> bool:

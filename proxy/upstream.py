@@ -39,10 +39,9 @@ from proxy.answers import (
     read_capped,
     response_headers,
     scrubbed,
-    sent_secrets,
 )
 from proxy.config import ProviderConfig
-from proxy.credentials import CLIENT_KEY_HEADER, scrub_text
+from proxy.credentials import CLIENT_KEY_HEADER, scrub_text, sent_secrets
 from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.logs import without_credentials
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name

@@ -85,7 +85,8 @@ def tenant_of(request: Request, cfg: Config) -> str:
         return str(let_in.tenant)
     auth = request.headers.get("authorization")
     if not cfg.auth.keys:
-        return tenant_from_bearer(auth, request.query_params.multi_items())
+        api_key = request.headers.get(CLIENT_KEY_HEADER)
+        return tenant_from_bearer(auth, request.query_params.multi_items(), api_key)
     key = match_key((bearer_token(auth) or "").encode("latin-1", "replace"), cfg, os.environ)
     if key is None:
         raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")

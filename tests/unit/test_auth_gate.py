@@ -165,3 +165,12 @@ async def test_a_proxy_key_in_an_api_key_header_is_refused_saying_where_it_goes(
     assert refused.status_code == plain.status_code == 401
     assert "an api-key header holds no proxy key" in refused.json()["error"]["message"]
     assert "api-key" not in plain.json()["error"]["message"]
+
+
+async def test_a_keyless_clients_api_key_header_is_the_key_the_paying_gate_asks_for() -> None:
+    """Without proxy keys, an ``AzureOpenAI`` client's ``api-key`` is a key of its own, as a
+    bearer is: a provider the proxy's key pays for lets it through; a blank one is none."""
+    gate, _ = _gate({"providers": {"openai": {"baseUrl": "http://h/v1", "apiKeyEnv": "PAID"}}})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(gate), base_url="http://p") as http:
+        assert (await http.get("/v1/things", headers={"api-key": "azure-key"})).status_code == 200
+        assert (await http.get("/v1/things", headers={"api-key": "  "})).status_code == 401

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from proxy import answers
-from proxy.chunks import StreamAccumulator, completion_to_chunks, stream_completion
+from proxy.chunks import StreamAccumulator, completion_to_chunks
 from proxy.services.round_outcome import RoundOutcome
 from proxy.sse import DONE, EventSplitter, is_usage_only, parse_chunk
+from proxy.stream_whole import stream_completion
 from tests.unit.test_sse import chunk, delta
 
 # StreamAccumulator
@@ -345,3 +346,33 @@ def test_stream_completion_builds_a_finished_stream_and_nothing_else() -> None:
     }
     assert stream_completion(b"data: not json\n\n" + body) is None
     assert stream_completion(b'{"choices": []}') is None  # JSON, no events
+
+
+def test_stream_completion_keeps_each_choices_logprobs_and_the_service_tier() -> None:
+    """A non-streamed call that asked for ``logprobs`` gets them when its provider streamed
+    the answer: each choice's tokens in order, across its chunks, with the stream's
+    ``service_tier``, as the provider's own whole answer would carry them."""
+
+    def event(index: int, text: str, finish: str | None = None) -> bytes:
+        logprobs = {"content": [{"token": text, "logprob": -0.5}], "refusal": None}
+        choice = {"index": index, "delta": {"content": text}, "finish_reason": finish}
+        data = {"id": "c", "service_tier": "default", "choices": [{**choice, "logprobs": logprobs}]}
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    body = event(0, "a") + event(1, "x") + event(0, "b", "stop") + event(1, "y", "stop")
+    built = stream_completion(body + b"data: [DONE]\n\n")
+    assert built is not None and built["service_tier"] == "default"
+    tokens = [[t["token"] for t in c["logprobs"]["content"]] for c in built["choices"]]
+    assert tokens == [["a", "b"], ["x", "y"]]
+    assert built["choices"][0]["logprobs"]["refusal"] is None
+    plain = stream_completion(b'data: {"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n')
+    assert plain is not None and plain["choices"][0]["logprobs"] is None
+    assert "service_tier" not in plain
+
+
+def test_stream_completion_reads_a_stream_after_a_byte_order_mark() -> None:
+    first = {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}
+    last = {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in (first, last))
+    built = stream_completion(b"\xef\xbb\xbf" + body)
+    assert built is not None and built["choices"][0]["message"]["content"] == "Hello"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 from starlette.requests import Request
 
-from proxy.api.deps import upstream_headers
+from proxy.api.deps import tenant_of, upstream_headers
 from proxy.config import parse_config
 from proxy.credentials import header_secrets, query_key_sent, sent_secrets
 
@@ -34,3 +34,22 @@ def test_with_proxy_keys_a_clients_api_key_stays_back() -> None:
     keyed = parse_config({"auth": {"keys": [{"keyEnv": "K", "tenant": "t"}]}})
     assert dict(upstream_headers(_request(sent), keyed)) == {"user-agent": "x"}
     assert upstream_headers(_request(sent), parse_config({}))["api-key"] == KEY
+
+
+def test_without_proxy_keys_an_api_key_header_is_its_senders_tenant() -> None:
+    """Pass-through, a client's ``api-key`` is its tenant as its bearer would be: two
+    ``AzureOpenAI`` clients with different keys and no bearer never share ``anonymous``
+    (each would see the other's sessions and memory), and one key is one tenant however
+    it is sent; beside a bearer token, the two together are, as with a key in the query (a
+    placeholder bearer beside a real ``api-key`` is no tenant every such client shares)."""
+    keyless = parse_config({})
+    one = tenant_of(_request({"api-key": KEY}), keyless)
+    assert one == tenant_of(_request({"authorization": f"Bearer {KEY}"}), keyless)
+    assert one != tenant_of(_request({"api-key": "another-key-987654"}), keyless)
+    assert "anonymous" not in (one, tenant_of(_request({"api-key": " another "}), keyless))
+    assert tenant_of(_request({"api-key": "  "}), keyless) == "anonymous"
+    placeholder = tenant_of(_request({"authorization": "Bearer EMPTY"}), keyless)
+    both = tenant_of(_request({"authorization": "Bearer EMPTY", "api-key": KEY}), keyless)
+    assert both not in (one, placeholder, "anonymous")
+    same = {"authorization": f"Bearer {KEY}", "api-key": KEY}
+    assert tenant_of(_request(same), keyless) == one

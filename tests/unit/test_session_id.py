@@ -176,7 +176,7 @@ def test_tenant_from_non_bearer_header_hashes_whole_value() -> None:
 
 
 def test_tenant_from_a_query_key_without_a_bearer_token() -> None:
-    """A credential in the query (a parameter named as one: ``answers.sent_secrets``) is the
+    """A credential in the query (a parameter named as one: ``credentials.sent_secrets``) is the
     tenant when no bearer token is sent: the same tenant as that key sent as a bearer; beside
     another bearer token, the two together are."""
     by_bearer = tenant_from_bearer("Bearer sk-one")

@@ -43,3 +43,18 @@ def test_a_wide_body_without_the_key_passes_as_it_came() -> None:
     assert scrubbed(503, body, _REQUEST) is body
     success = json.dumps(_ERROR).encode("utf-16")  # a success is never scrubbed
     assert scrubbed(200, success, _REQUEST) is success
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"\x00", b"x\x00", b"\x00\x00\x00", b"\xff\xfe", b"\xff\xfe\x00\x00", b"\xfe\xff\x00"],
+)
+@pytest.mark.parametrize("tail", [b"", b"!"])  # an even and an odd length
+def test_a_utf8_body_that_merely_reads_wide_is_scrubbed(head: bytes, tail: bytes) -> None:
+    """A body whose first bytes read as a wide one's (a zero byte among its first two, or
+    a byte-order mark's bytes) but whose key is spelled in UTF-8 (binary framing, a stray
+    NUL) is scrubbed of it all the same: the wide reading is tried beside the bytes', never
+    in place of them, so a body that does not decode wide, or spells no key so, keeps none."""
+    body = head + f"Incorrect API key provided: {KEY}.".encode() + tail
+    out = scrubbed(401, body, _REQUEST)
+    assert KEY.encode() not in out and b"[REDACTED]" in out

@@ -78,3 +78,21 @@ def test_an_azure_clients_chat_is_told_the_path_the_proxy_serves(
     assert "/v1/deployments/gpt-fake/chat/completions" in missing.value.message
     assert "call /v1/chat/completions, with the SDK's OpenAI client" in missing.value.message
     assert not fake_upstream.requests
+
+
+def test_clients_with_different_api_keys_and_no_bearer_are_different_tenants(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Two ``AzureOpenAI``-style clients (an ``api-key``, no bearer) of a pass-through
+    proxy: neither lists nor reads the other's session, as two bearers' clients cannot."""
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
+    fake_upstream.script(reply("hello"), endpoint=CHAT)
+    with (
+        httpx.Client(base_url=proxy.origin, headers={"api-key": CLIENT_KEY}) as one,
+        httpx.Client(base_url=proxy.origin, headers={"api-key": "azure-other-key-98765"}) as two,
+    ):
+        sent = one.post("/v1/chat/completions", json=_CHAT, headers={"x-session-id": "mine"})
+        assert sent.status_code == 200, sent.text
+        assert [s["id"] for s in one.get("/v1/sessions").json()["data"]] == ["mine"]
+        assert two.get("/v1/sessions").json()["data"] == []
+        assert two.get("/v1/sessions/mine").status_code == 404

@@ -33,7 +33,7 @@ def test_the_query_string_goes_upstream_with_the_chat_request(
 
     queries = [r.query for r in fake_upstream.requests if r.path == CHAT]
     # (the SDK writes a list as tag[]=a&tag[]=b; both values go on, in order; a key goes on
-    # as sent: only a provider's error is scrubbed of it, answers.sent_secrets)
+    # as sent: only a provider's error is scrubbed of it, credentials.sent_secrets)
     assert queries == ["api-version=2024-10-21&tag%5B%5D=a&tag%5B%5D=b&key=gw-key-0123456", ""]
 
 
