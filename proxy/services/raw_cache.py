@@ -14,15 +14,22 @@ The memory is bounded (``BUDGET_BYTES`` of text over all entries, least recently
 out); a text past the budget alone is not kept. An entry is per tenant, session, id and
 patterns (the tool-outputs API's unredacted read is its own entry), and each process keeps
 its own: the version, read each time, is what makes an entry good, wherever it was written.
+
+Reads of one key and version that come while its text is being redacted wait for that one
+redaction (``_redacted``) instead of each making its own: a client that gives up on a
+first page of megabytes and asks again, or two readers of one output, would otherwise
+redact the whole copy once each, side by side on the page threads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.cascade.redaction import redact
@@ -50,6 +57,17 @@ class Output:
     capped: bool
 
 
+@dataclass(slots=True)
+class _Flight:
+    """One redaction under way and how many reads wait for it; ``dropped`` once every one
+    of them went away (the redaction cancelled: a page still queued is never made)."""
+
+    task: asyncio.Future[str]
+    waiting: int = 0
+    dropped: bool = field(default=False)
+
+
+_FLIGHTS: dict[tuple[Key, str], _Flight] = {}
 _KEPT: OrderedDict[Key, tuple[str, Output, int]] = OrderedDict()  # version, output, bytes
 _used = [0]  # bytes the kept texts take, each as counted when it was kept
 
@@ -94,12 +112,36 @@ async def read_output(
         return None
     text = str(row["content"])
     if patterns:
-        # on a page thread: redacting up to rawCapBytes of text on the event loop would hold
-        # every other request until it is done (``page_threads``)
-        text = await make_page(lambda t: redact(t, patterns)[0], text)
+        text = await _redacted(key, version, text, patterns)
     out = Output(text, int(row["original_bytes"]), bool(row["capped"]))
     _keep(key, version, out)
     return out
+
+
+async def _redacted(key: Key, version: str, text: str, patterns: Sequence[re.Pattern[str]]) -> str:
+    """``text`` (the key's at ``version``) redacted on a page thread (redacting up to
+    rawCapBytes of text on the event loop would hold every other request until it is done:
+    ``page_threads``), or the redaction of it already under way: one key and version read
+    the same text. The redaction is cancelled when every read waiting for it goes away."""
+    at = (key, version)
+    flight = _FLIGHTS.get(at)
+    if flight is None or flight.dropped:
+        task = asyncio.ensure_future(make_page(lambda: redact(text, patterns)[0]))
+        flight = _FLIGHTS[at] = _Flight(task)
+        task.add_done_callback(functools.partial(_landed, at, flight))
+    flight.waiting += 1
+    try:
+        return await asyncio.shield(flight.task)
+    finally:
+        flight.waiting -= 1
+        if flight.waiting == 0 and not flight.task.done():
+            flight.dropped = True
+            flight.task.cancel()
+
+
+def _landed(at: tuple[Key, str], flight: _Flight, _: object) -> None:
+    if _FLIGHTS.get(at) is flight:
+        del _FLIGHTS[at]
 
 
 def _keep(key: Key, version: str, out: Output) -> None:

@@ -19,13 +19,14 @@ result's text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.text import content_text, with_text
 from proxy.cascade.truncation import has_cut_marker, is_cut_from
-from proxy.history import chain_hash, hashes_after
+from proxy.history import hashes_after
 from proxy.store.nul import decode
 from proxy.store.usage import fetch_spilled_ids
 
@@ -37,7 +38,24 @@ __all__ = [
     "fetch_spilled_cuts",
     "fetch_superseded_sent_forms",
     "fetch_unkept_cuts",
+    "hashes_to",
 ]
+
+ON_LOOP_CHARS = 65_536
+"""The longest text whose hash :func:`hashes_to` writes on the event loop: a longer one is
+hashed on a thread, where a tool result of megabytes (its canonical form written, then its
+SHA-256) would hold every stream on the replica for as long as it takes."""
+
+
+async def hashes_to(prevs: Sequence[str], msg: Mapping[str, Any], target: str) -> bool:
+    """``hashes_after(prevs, msg, target)``: whether ``msg`` continues one of ``prevs`` to
+    ``target``. A message whose text is past :data:`ON_LOOP_CHARS` is hashed on a thread
+    (``asyncio.to_thread``), the loop free meanwhile; a short one on the loop, where the
+    hop to a thread would cost more than the hash."""
+    if len(content_text(msg.get("content"))) <= ON_LOOP_CHARS:
+        return hashes_after(prevs, msg, target)
+    return await asyncio.to_thread(hashes_after, prevs, msg, target)
+
 
 # An evicted row keeps its body beside the placeholder (migration 0008): ``message``.
 # ``prev`` is the live row before it, whose hash the row's hash continues.
@@ -75,7 +93,7 @@ GROUP BY m.id
 """
 
 
-def _rebuilt(
+async def _rebuilt(
     row: Any, spills: Sequence[tuple[datetime, str]], prevs: Sequence[str] | None = None
 ) -> Any:
     """The cut row as sent: with the content of the spill that rebuilds a message hashing
@@ -89,7 +107,7 @@ def _rebuilt(
         # sent as a string; or as parts the rewrite kept (``with_text``: an image beside)
         for content in (text,) if parts is None else (text, with_text(parts, text)):
             candidate = message | {"content": content}
-            if hashes_after(prevs or [row["prev"]], candidate, row["hash"]):
+            if await hashes_to(prevs or [row["prev"]], candidate, row["hash"]):
                 return candidate
     cut = message.get("content")
     for text in texts:
@@ -112,7 +130,7 @@ async def fetch_sent_forms(
     cut = []
     for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, list(positions)):
         message = dict(r["message"])
-        if chain_hash(r["prev"], message) == r["hash"]:
+        if await hashes_to([r["prev"]], message, r["hash"]):
             out[r["pos"]] = message
         elif r["tool_call_id"] is not None:
             cut.append(r)
@@ -123,7 +141,7 @@ async def fetch_sent_forms(
     for s in await conn.fetch(FETCH_SPILLS, tenant, session_id, ids):
         spills.setdefault(s["tool_call_id"], []).append((s["created_at"], s["content"]))
     for r in cut:
-        message = _rebuilt(r, spills.get(r["tool_call_id"], []))
+        message = await _rebuilt(r, spills.get(r["tool_call_id"], []))
         if message is not None:
             out[r["pos"]] = message
     return out
@@ -149,7 +167,7 @@ async def fetch_spilled_cuts(
     rewritten = set()
     if live:
         for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, live):
-            if chain_hash(r["prev"], dict(r["message"])) != r["hash"]:
+            if not await hashes_to([r["prev"]], dict(r["message"]), r["hash"]):
                 rewritten.add(r["pos"])
     return [
         c and (r["superseded_at"] is not None or r["pos"] in rewritten)
@@ -175,10 +193,10 @@ async def fetch_unkept_cuts(
     gone = [r["id"] for r, m in zip(rows, maybe, strict=True) if m and r["superseded_at"]]
     sent: set[tuple[bool, int]] = set()  # (superseded, its id) or (live, its position)
     for r in await conn.fetch(FETCH_SENT_FORMS, tenant, session_id, live) if live else []:
-        if chain_hash(r["prev"], dict(r["message"])) == r["hash"]:
+        if await hashes_to([r["prev"]], dict(r["message"]), r["hash"]):
             sent.add((False, r["pos"]))
     for r in await conn.fetch(FETCH_SUPERSEDED, tenant, session_id, gone) if gone else []:
-        if hashes_after(list(r["prevs"]) or [""], dict(r["message"]), r["hash"]):
+        if await hashes_to(list(r["prevs"]) or [""], dict(r["message"]), r["hash"]):
             sent.add((True, r["id"]))
     return [
         m and (bool(r["superseded_at"]), r["id"] if r["superseded_at"] else r["pos"]) not in sent
@@ -201,7 +219,7 @@ async def fetch_superseded_sent_forms(
     cut = []
     for r in rows:
         message, prevs = dict(r["message"]), list(r["prevs"]) or [""]
-        if hashes_after(prevs, message, r["hash"]):
+        if await hashes_to(prevs, message, r["hash"]):
             out[r["id"]] = (False, message)
         else:
             cut.append((r, prevs))
@@ -210,5 +228,5 @@ async def fetch_superseded_sent_forms(
     for s in await conn.fetch(FETCH_SPILLS, tenant, session_id, call_ids) if cut else []:
         spills.setdefault(s["tool_call_id"], []).append((s["created_at"], s["content"]))
     for r, prevs in cut:
-        out[r["id"]] = (True, _rebuilt(r, spills.get(r["tool_call_id"], []), prevs))
+        out[r["id"]] = (True, await _rebuilt(r, spills.get(r["tool_call_id"], []), prevs))
     return out

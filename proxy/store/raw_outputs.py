@@ -35,7 +35,6 @@ from proxy.cascade.pins import pin, unpin
 from proxy.cascade.text import content_text
 from proxy.cascade.truncation import cap_utf8, is_cut_from, is_cut_from_capped
 from proxy.cascade.types import Spill
-from proxy.history import chain_hash
 from proxy.store import client_form
 from proxy.store.nul import decode, encode
 
@@ -146,7 +145,7 @@ async def _read(
         }
     if message_at is None:
         return None
-    if not (_sent(row) or (row["evicted"] and not row["redacted"])):
+    if not (await _sent(row) or (row["evicted"] and not row["redacted"])):
         if row["live"] and not row["redacted"]:  # a cut result stored again, its spill older
             return await _fetch_pinned(conn, tenant, session_id, tool_call_id, row["pos"])
         return None
@@ -156,7 +155,7 @@ async def _read(
     return whole
 
 
-def _sent(row: Any) -> bool:
+async def _sent(row: Any) -> bool:
     """Whether the row's stored body is the whole result: nothing took its place (``whole``:
     no spill as new as it, no placeholder or redaction), and nothing cut it. A row the
     overflow guard trimmed qualifies: the trim only keeps it out of later prompts and leaves
@@ -165,10 +164,13 @@ def _sent(row: Any) -> bool:
     row's chain hash tells the last alone: it is over the message the client sent, and a
     cut row holds the cut form (``client_form``), in a branch too, which copies rows but
     not events. A superseded row's previous live row may not be the one its hash continues,
-    so for it ``whole`` asks the ``context.truncated`` events instead."""
+    so for it ``whole`` asks the ``context.truncated`` events instead (a long body is hashed
+    off the event loop: ``client_form.hashes_to``)."""
     if not row["whole"]:
         return False
-    return not row["live"] or chain_hash(row["prev"], row["message"]) == row["hash"]
+    if not row["live"]:
+        return True
+    return await client_form.hashes_to([row["prev"]], row["message"], row["hash"])
 
 
 def _whole(message: Any) -> dict[str, Any]:
