@@ -70,8 +70,18 @@ async def fetch_listed_facts(
 
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
-UNKEYED = """
-SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL
+UNKEYED_ROW = (
+    "(fact_key IS NULL OR (right(fact_key, 1) IN ('.', '\u3002')"
+    " AND rtrim(fact_key, ' .\u3002') <> ''))"
+)
+"""A row to key: none yet, or one of the form before migration 0033, which a replica on
+that code keeps making from the rows 0033 cleared until it is replaced (a key that ends in
+a closing full stop yet is not stops alone; :func:`fact_key` drops them). The partial index
+``memory_unkeyed_stops`` (migration 0034) holds these rows, so the test stays one lookup
+(spelled as the index's, which the planner matches, and of a kind it guesses rare: with
+``<>`` alone it guesses most rows match and reads the table)."""
+UNKEYED = f"""
+SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND {UNKEYED_ROW}
 ORDER BY id LIMIT $3
 """
 STORED_KEYS = """
@@ -100,7 +110,7 @@ async def stored_matches(
 ) -> tuple[set[str], list[str]]:
     """What a check of ``texts`` against the scope's stored facts reads, without the lock a
     write takes: the keys of ``texts`` the scope stores, and the text of each fact not yet
-    keyed (none once a write has keyed the scope)."""
+    keyed (:data:`UNKEYED_ROW`; none once a write has keyed the scope)."""
     keys = [fact_key(text) for text in texts]
     stored = await conn.fetch(STORED_KEYS, tenant, scope, keys)
     unkeyed = await conn.fetch(UNKEYED, tenant, scope, None)  # LIMIT NULL: every one
@@ -109,7 +119,8 @@ async def stored_matches(
 
 async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> None:
     """Give the scope's oldest ``limit`` facts that have none (None: all) their key (rows
-    stored before migration 0030, or by a replica still on older code); a fact whose key an
+    stored before migration 0030, or by a replica still on older code, which may key them
+    in the form before 0033: :data:`UNKEYED_ROW`); a fact whose key an
     older one holds gets a :data:`REPEATED` one. Called under the scope's lock; a scope with
     no such row costs one lookup in a partial index."""
     rows = await conn.fetch(UNKEYED, tenant, scope, limit)
@@ -124,7 +135,7 @@ async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | N
     await conn.execute(SET_KEYS, tenant, [row["id"] for row in rows], given)
 
 
-NEXT_UNKEYED = "SELECT tenant, scope FROM memory WHERE fact_key IS NULL LIMIT 1"
+NEXT_UNKEYED = f"SELECT tenant, scope FROM memory WHERE {UNKEYED_ROW} LIMIT 1"
 
 
 async def key_stored_facts(pool: Any, *, batch: int = 500) -> int:
