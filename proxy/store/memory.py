@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.memory import fact_key
+from proxy.cascade.memory_block import memory_line
 from proxy.cascade.types import MEMORY_SUGGESTION
 from proxy.store.nul import decode_json
 
@@ -204,7 +205,7 @@ async def delete_fact(
 
 SHOWING_TURNS = """
 SELECT id, turn_blocks FROM sessions
-WHERE tenant = $1 AND strpos(turn_blocks, '"memory":{') > 0
+WHERE tenant = $1 AND strpos(turn_blocks, '"memory":{') > 0 AND strpos(turn_blocks, $3) > 0
   AND ($2 = 'global' OR (agent <> 'default' AND $2 = 'agent:' || agent))
 """
 FORGET_IN_TURNS = """
@@ -218,16 +219,21 @@ async def _forget_in_turns(conn: Connection, tenant: str, scope: str, fact: str)
     """Leave the memory block out of what each turn of the scope's sessions keeps when the
     block shows ``fact``, so the turn's next step reads the facts again and sends the block
     without it (README Decisions, "A deleted fact"); a turn written meanwhile is left as
-    it is. A turn whose block does not show the fact keeps its bytes."""
+    it is. A turn whose block does not show the fact keeps its bytes: the block's line for
+    it (:func:`~proxy.cascade.memory_block.memory_line`) is looked for, not its text, which
+    a longer fact may hold, and the database reads it first in the JSON the turn is kept as
+    (``services.chat._kept_text``), so only the turns that may show it are read here."""
+    line = "\n" + memory_line(fact)
     ids, was, blocks = [], [], []
-    for row in await conn.fetch(SHOWING_TURNS, tenant, scope):
+    found = json.dumps(line, ensure_ascii=True)[1:-1]
+    for row in await conn.fetch(SHOWING_TURNS, tenant, scope, found):
         try:
             kept = json.loads(row["turn_blocks"])
         except ValueError:
             continue
         shown = kept.get("memory") if isinstance(kept, dict) else None
         block = shown.get("block") if isinstance(shown, dict) else None
-        if isinstance(block, str) and fact in block:
+        if isinstance(block, str) and line in block:
             del kept["memory"]
             ids.append(row["id"])
             was.append(row["turn_blocks"])
