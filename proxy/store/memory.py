@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.memory import fact_key
 from proxy.cascade.memory_block import memory_line
+from proxy.cascade.phases import kept_text
 from proxy.cascade.types import MEMORY_SUGGESTION
 from proxy.store.nul import decode_json
 
@@ -222,10 +223,10 @@ async def _forget_in_turns(conn: Connection, tenant: str, scope: str, fact: str)
     it is. A turn whose block does not show the fact keeps its bytes: the block's line for
     it (:func:`~proxy.cascade.memory_block.memory_line`) is looked for, not its text, which
     a longer fact may hold, and the database reads it first in the JSON the turn is kept as
-    (``services.chat._kept_text``), so only the turns that may show it are read here."""
+    (:func:`~proxy.cascade.phases.kept_text`), so only the turns that may show it are read."""
     line = "\n" + memory_line(fact)
     ids, was, blocks = [], [], []
-    found = json.dumps(line, ensure_ascii=True)[1:-1]
+    found = kept_text({"": line})[5:-2]  # the line as the kept JSON spells it
     for row in await conn.fetch(SHOWING_TURNS, tenant, scope, found):
         try:
             kept = json.loads(row["turn_blocks"])
@@ -237,7 +238,7 @@ async def _forget_in_turns(conn: Connection, tenant: str, scope: str, fact: str)
             del kept["memory"]
             ids.append(row["id"])
             was.append(row["turn_blocks"])
-            blocks.append(json.dumps(kept, ensure_ascii=True, separators=(",", ":")))
+            blocks.append(kept_text(kept))
     if ids:
         await conn.execute(FORGET_IN_TURNS, tenant, ids, was, blocks)
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from proxy.cascade.memory_block import render_memory
+from proxy.cascade.phases import kept_text
 from proxy.store import memory as store
 from tests.integration.store.helpers import T
 
@@ -37,7 +38,7 @@ async def _turn(conn: Any, session: str, facts: list[str]) -> None:
         "INSERT INTO sessions (tenant, id, turn_key, turn_blocks) VALUES ($1, $2, 'k', $3)",
         T,
         session,
-        json.dumps(kept, ensure_ascii=True, separators=(",", ":")),
+        kept_text(kept),
     )
 
 
