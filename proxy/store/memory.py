@@ -79,9 +79,10 @@ UNKEYED_ROW = (
 """A row to key: none yet, or one of the form before migration 0033, which a replica on
 that code keeps making from the rows 0033 cleared until it is replaced (a key that ends in
 a closing full stop yet is not stops alone; :func:`fact_key` drops them). The partial index
-``memory_unkeyed_stops`` (migration 0034) holds these rows, so the test stays one lookup
-(spelled as the index's, which the planner matches, and of a kind it guesses rare: with
-``<>`` alone it guesses most rows match and reads the table)."""
+``memory_unkeyed_stops`` (migration 0034) holds these rows in each scope's order, so the
+test is one lookup and a batch reads its rows alone, however many the scope or the table
+holds (spelled as the index's, which the planner matches, and of a kind it guesses rare:
+with ``<>`` alone it guesses most rows match and reads the table)."""
 UNKEYED = f"""
 SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND {UNKEYED_ROW}
 ORDER BY id LIMIT $3
@@ -119,15 +120,15 @@ async def stored_matches(
     return {row["fact_key"] for row in stored}, [row["fact"] for row in unkeyed]
 
 
-async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> None:
+async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> int:
     """Give the scope's oldest ``limit`` facts that have none (None: all) their key (rows
     stored before migration 0030, or by a replica still on older code, which may key them
     in the form before 0033: :data:`UNKEYED_ROW`); a fact whose key an
     older one holds gets a :data:`REPEATED` one. Called under the scope's lock; a scope with
-    no such row costs one lookup in a partial index."""
+    no such row costs one lookup in a partial index. The number of rows keyed is returned."""
     rows = await conn.fetch(UNKEYED, tenant, scope, limit)
     if not rows:
-        return
+        return 0
     keys = [fact_key(row["fact"]) for row in rows]
     taken = {r["fact_key"] for r in await conn.fetch(STORED_KEYS, tenant, scope, keys)}
     given = []
@@ -135,26 +136,39 @@ async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | N
         given.append(key if key not in taken else f"{REPEATED}{row['id']}")
         taken.add(key)
     await conn.execute(SET_KEYS, tenant, [row["id"] for row in rows], given)
+    return len(rows)
 
 
-NEXT_UNKEYED = f"SELECT tenant, scope FROM memory WHERE {UNKEYED_ROW} LIMIT 1"
+NEXT_UNKEYED = f"""
+SELECT tenant, scope FROM memory WHERE (tenant, scope) > ($1, $2) AND {UNKEYED_ROW}
+ORDER BY tenant, scope LIMIT 1
+"""
 
 
 async def key_stored_facts(pool: Any, *, batch: int = 500) -> int:
     """Key every fact stored without a key, ``batch`` of one scope per transaction under the
     scope's lock, as a write keys them: what the proxy runs once it starts, so that no
-    write or suggestion reads the old rows of a scope. Each batch is committed, so a stop
-    loses none and the next start goes on; the number of batches is returned."""
-    batches = 0
+    write or suggestion reads the old rows of a scope. Scopes are taken in order, each to
+    its end, and then from the first again until none has such a row (a replica on older
+    code may have stored one behind), so each lookup is one step of the index. Each batch
+    is committed, so a stop loses none and the next start goes on; the number of batches
+    is returned."""
+    batches, after = 0, ("", "")  # no scope is named ""
     while True:
         async with pool.acquire() as conn:
-            found = await conn.fetchrow(NEXT_UNKEYED)
-            if found is None:
+            found = await conn.fetchrow(NEXT_UNKEYED, *after)
+        if found is None:
+            if after == ("", ""):
                 return batches
-            async with conn.transaction():
-                await conn.execute(LOCK_SCOPE, found["tenant"], found["scope"])
-                await _key_unkeyed(conn, found["tenant"], found["scope"], batch)
-        batches += 1
+            after = ("", "")
+            continue
+        after = (found["tenant"], found["scope"])
+        keyed = batch
+        while keyed == batch:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(LOCK_SCOPE, *after)
+                keyed = await _key_unkeyed(conn, *after, batch)
+            batches += 1 if keyed else 0
 
 
 async def add_facts(

@@ -187,3 +187,19 @@ async def test_a_key_the_earlier_form_made_after_0033_is_made_again(
     assert await store.key_stored_facts(pool) == 1
     assert (await _keys(conn))[-1] == "uses pnpm"
     assert await store.key_stored_facts(pool) == 0
+
+
+async def test_a_batch_of_the_start_reads_its_rows_alone(conn: Any) -> None:
+    """Right after 0033 every row is unkeyed, and the planner knows it: still, finding the
+    next scope and a scope's next batch walk the index of the rows to key, in order (a walk
+    of the table, or of the ids from the first, would read the rows keyed before it again
+    at every batch: a large table's keying would grow with its square)."""
+    await conn.execute(
+        "INSERT INTO memory (tenant, scope, fact) SELECT $1, 'agent:a' || (g % 4), 'F ' || g"
+        " FROM generate_series(1, 4000) g",
+        T,
+    )
+    await conn.execute("ANALYZE memory")
+    for query, args in ((store.UNKEYED, (T, "agent:a3", 500)), (store.NEXT_UNKEYED, (T, "a"))):
+        plan = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + query, *args))
+        assert "memory_unkeyed_stops" in plan and "Sort" not in plan, plan
