@@ -63,3 +63,13 @@ async def test_only_the_turns_that_list_the_fact_are_read_and_cleared(conn: Any)
     assert blocks["lists"] == {"recitation": None} and reading.turns == [1]
     assert "Port 8443" in blocks["longer"]["memory"]["block"]
     assert blocks["other"]["memory"]["block"] == render_memory(["The build uses uv"])
+
+
+async def test_a_fact_beyond_ascii_is_found_as_the_kept_json_spells_it(conn: Any) -> None:
+    fact = "The café opens at 9 \U0001f600"
+    fact_id = await conn.fetchval(
+        "INSERT INTO memory (tenant, scope, fact) VALUES ($1, 'global', $2) RETURNING id", T, fact
+    )
+    await _turn(conn, "lists", [fact])
+    assert await store.delete_fact(conn, tenant=T, fact_id=fact_id, check=lambda _: None)
+    assert await _blocks(conn) == {"lists": {"recitation": None}}
