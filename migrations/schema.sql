@@ -951,6 +951,8 @@ CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
 CREATE INDEX memory_unkeyed ON public.memory USING btree (tenant, scope) WHERE (fact_key IS NULL);
 
+CREATE INDEX memory_unkeyed_stops ON public.memory USING btree (tenant, scope, id) WHERE ((fact_key IS NULL) OR (("right"(fact_key, 1) = ANY (ARRAY['.'::text, '。'::text])) AND (rtrim(fact_key, ' .。'::text) <> ''::text)));
+
 CREATE INDEX message_embeddings_claims ON public.message_embeddings USING btree (claimed_at) WHERE (claimed_at IS NOT NULL);
 
 CREATE INDEX message_embeddings_hnsw_1024 ON public.message_embeddings USING hnsw (((embedding)::public.vector(1024)) public.vector_cosine_ops) WITH (m='8', ef_construction='32') WHERE (dim = 1024);

@@ -46,6 +46,7 @@ __all__ = [
     "factor_step",
     "memory_rows",
     "memory_lines",
+    "memory_line",
     "render_memory",
     "add_memory",
     "MEMORY",
@@ -136,13 +137,20 @@ def memory_lines(
         if key in seen:
             continue
         seen.add(key)
-        line = f"- {_quoted(fact)}\n"
+        line = memory_line(fact)
         size = cost(line)
         if size > budget:
             return lines, True
         budget -= size
         lines.append(line)
     return lines, False
+
+
+def memory_line(fact: str) -> str:
+    """The line that lists ``fact`` in a block: every line of a block follows a line
+    break, so ``"\\n" + memory_line(fact)`` is in a block that lists the fact, and in no
+    other (``store.memory.delete_fact`` finds the turns that show a fact so)."""
+    return f"- {_quoted(fact)}\n"
 
 
 def render_memory(

@@ -25,7 +25,7 @@ from proxy.cascade.observations import is_observation
 from proxy.cascade.step import Stage, StepInput
 from proxy.cascade.types import Message
 
-__all__ = ["turn_start", "turn_answers", "as_kept", "made_of_key"]
+__all__ = ["turn_start", "turn_answers", "as_kept", "kept_text", "made_of_key"]
 
 
 def turn_start(messages: Sequence[Message], prefixes: Sequence[str]) -> int | None:
@@ -42,6 +42,13 @@ def turn_start(messages: Sequence[Message], prefixes: Sequence[str]) -> int | No
 def as_kept(value: Any) -> Any:
     """``value`` as it reads back from its stored JSON text."""
     return json.loads(json.dumps(value, ensure_ascii=True, allow_nan=False))
+
+
+def kept_text(kept: Mapping[str, Any]) -> str:
+    """A turn's values as the JSON text the session row keeps (ASCII: no NUL reaches the
+    row); a text found in a value is found in it as ``kept_text`` of that text, less the
+    quotes (``store.memory`` finds the turns that show a fact so)."""
+    return json.dumps(kept, ensure_ascii=True, separators=(",", ":"))
 
 
 def turn_answers(

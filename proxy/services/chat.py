@@ -31,6 +31,7 @@ import asyncpg
 from starlette.responses import Response
 
 from proxy.bus import EventBus
+from proxy.cascade.phases import kept_text
 from proxy.cascade.pipeline import (
     Assembled,
     StepInput,
@@ -114,11 +115,6 @@ def _kept(session: Mapping[str, Any], turn_key: str | None = None) -> Mapping[st
     except ValueError:
         return {}
     return kept if isinstance(kept, dict) else {}
-
-
-def _kept_text(kept: Mapping[str, Any]) -> str:
-    """The turn's values as the JSON text ``_kept`` reads (ASCII: no NUL reaches the row)."""
-    return json.dumps(kept, ensure_ascii=True, separators=(",", ":"))
 
 
 class ChatService:
@@ -321,7 +317,7 @@ class ChatService:
             command,
             reclaimed=reclaimed,
             overhead=overhead,
-            turn=None if assembled.kept is None else (turn_key, _kept_text(assembled.kept)),
+            turn=None if assembled.kept is None else (turn_key, kept_text(assembled.kept)),
         )
 
     async def _persist_step(

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from proxy.cascade.memory import fact_key
+from proxy.cascade.memory_block import memory_line
+from proxy.cascade.phases import kept_text
 from proxy.cascade.types import MEMORY_SUGGESTION
 from proxy.store.nul import decode_json
 
@@ -70,8 +72,19 @@ async def fetch_listed_facts(
 
 
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || $1 || ':' || $2, 0))"
-UNKEYED = """
-SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND fact_key IS NULL
+UNKEYED_ROW = (
+    "(fact_key IS NULL OR (right(fact_key, 1) IN ('.', '\u3002')"
+    " AND rtrim(fact_key, ' .\u3002') <> ''))"
+)
+"""A row to key: none yet, or one of the form before migration 0033, which a replica on
+that code keeps making from the rows 0033 cleared until it is replaced (a key that ends in
+a closing full stop yet is not stops alone; :func:`fact_key` drops them). The partial index
+``memory_unkeyed_stops`` (migration 0034) holds these rows in each scope's order, so the
+test is one lookup and a batch reads its rows alone, however many the scope or the table
+holds (spelled as the index's, which the planner matches, and of a kind it guesses rare:
+with ``<>`` alone it guesses most rows match and reads the table)."""
+UNKEYED = f"""
+SELECT id, fact FROM memory WHERE tenant = $1 AND scope = $2 AND {UNKEYED_ROW}
 ORDER BY id LIMIT $3
 """
 STORED_KEYS = """
@@ -100,21 +113,22 @@ async def stored_matches(
 ) -> tuple[set[str], list[str]]:
     """What a check of ``texts`` against the scope's stored facts reads, without the lock a
     write takes: the keys of ``texts`` the scope stores, and the text of each fact not yet
-    keyed (none once a write has keyed the scope)."""
+    keyed (:data:`UNKEYED_ROW`; none once a write has keyed the scope)."""
     keys = [fact_key(text) for text in texts]
     stored = await conn.fetch(STORED_KEYS, tenant, scope, keys)
     unkeyed = await conn.fetch(UNKEYED, tenant, scope, None)  # LIMIT NULL: every one
     return {row["fact_key"] for row in stored}, [row["fact"] for row in unkeyed]
 
 
-async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> None:
+async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | None) -> int:
     """Give the scope's oldest ``limit`` facts that have none (None: all) their key (rows
-    stored before migration 0030, or by a replica still on older code); a fact whose key an
+    stored before migration 0030, or by a replica still on older code, which may key them
+    in the form before 0033: :data:`UNKEYED_ROW`); a fact whose key an
     older one holds gets a :data:`REPEATED` one. Called under the scope's lock; a scope with
-    no such row costs one lookup in a partial index."""
+    no such row costs one lookup in a partial index. The number of rows keyed is returned."""
     rows = await conn.fetch(UNKEYED, tenant, scope, limit)
     if not rows:
-        return
+        return 0
     keys = [fact_key(row["fact"]) for row in rows]
     taken = {r["fact_key"] for r in await conn.fetch(STORED_KEYS, tenant, scope, keys)}
     given = []
@@ -122,26 +136,39 @@ async def _key_unkeyed(conn: Connection, tenant: str, scope: str, limit: int | N
         given.append(key if key not in taken else f"{REPEATED}{row['id']}")
         taken.add(key)
     await conn.execute(SET_KEYS, tenant, [row["id"] for row in rows], given)
+    return len(rows)
 
 
-NEXT_UNKEYED = "SELECT tenant, scope FROM memory WHERE fact_key IS NULL LIMIT 1"
+NEXT_UNKEYED = f"""
+SELECT tenant, scope FROM memory WHERE (tenant, scope) > ($1, $2) AND {UNKEYED_ROW}
+ORDER BY tenant, scope LIMIT 1
+"""
 
 
 async def key_stored_facts(pool: Any, *, batch: int = 500) -> int:
     """Key every fact stored without a key, ``batch`` of one scope per transaction under the
     scope's lock, as a write keys them: what the proxy runs once it starts, so that no
-    write or suggestion reads the old rows of a scope. Each batch is committed, so a stop
-    loses none and the next start goes on; the number of batches is returned."""
-    batches = 0
+    write or suggestion reads the old rows of a scope. Scopes are taken in order, each to
+    its end, and then from the first again until none has such a row (a replica on older
+    code may have stored one behind), so each lookup is one step of the index. Each batch
+    is committed, so a stop loses none and the next start goes on; the number of batches
+    is returned."""
+    batches, after = 0, ("", "")  # no scope is named ""
     while True:
         async with pool.acquire() as conn:
-            found = await conn.fetchrow(NEXT_UNKEYED)
-            if found is None:
+            found = await conn.fetchrow(NEXT_UNKEYED, *after)
+        if found is None:
+            if after == ("", ""):
                 return batches
-            async with conn.transaction():
-                await conn.execute(LOCK_SCOPE, found["tenant"], found["scope"])
-                await _key_unkeyed(conn, found["tenant"], found["scope"], batch)
-        batches += 1
+            after = ("", "")
+            continue
+        after = (found["tenant"], found["scope"])
+        keyed = batch
+        while keyed == batch:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(LOCK_SCOPE, *after)
+                keyed = await _key_unkeyed(conn, *after, batch)
+            batches += 1 if keyed else 0
 
 
 async def add_facts(
@@ -193,7 +220,7 @@ async def delete_fact(
 
 SHOWING_TURNS = """
 SELECT id, turn_blocks FROM sessions
-WHERE tenant = $1 AND strpos(turn_blocks, '"memory":{') > 0
+WHERE tenant = $1 AND strpos(turn_blocks, '"memory":{') > 0 AND strpos(turn_blocks, $3) > 0
   AND ($2 = 'global' OR (agent <> 'default' AND $2 = 'agent:' || agent))
 """
 FORGET_IN_TURNS = """
@@ -207,20 +234,25 @@ async def _forget_in_turns(conn: Connection, tenant: str, scope: str, fact: str)
     """Leave the memory block out of what each turn of the scope's sessions keeps when the
     block shows ``fact``, so the turn's next step reads the facts again and sends the block
     without it (README Decisions, "A deleted fact"); a turn written meanwhile is left as
-    it is. A turn whose block does not show the fact keeps its bytes."""
+    it is. A turn whose block does not show the fact keeps its bytes: the block's line for
+    it (:func:`~proxy.cascade.memory_block.memory_line`) is looked for, not its text, which
+    a longer fact may hold, and the database reads it first in the JSON the turn is kept as
+    (:func:`~proxy.cascade.phases.kept_text`), so only the turns that may show it are read."""
+    line = "\n" + memory_line(fact)
     ids, was, blocks = [], [], []
-    for row in await conn.fetch(SHOWING_TURNS, tenant, scope):
+    found = kept_text({"": line})[5:-2]  # the line as the kept JSON spells it
+    for row in await conn.fetch(SHOWING_TURNS, tenant, scope, found):
         try:
             kept = json.loads(row["turn_blocks"])
         except ValueError:
             continue
         shown = kept.get("memory") if isinstance(kept, dict) else None
         block = shown.get("block") if isinstance(shown, dict) else None
-        if isinstance(block, str) and fact in block:
+        if isinstance(block, str) and line in block:
             del kept["memory"]
             ids.append(row["id"])
             was.append(row["turn_blocks"])
-            blocks.append(json.dumps(kept, ensure_ascii=True, separators=(",", ":")))
+            blocks.append(kept_text(kept))
     if ids:
         await conn.execute(FORGET_IN_TURNS, tenant, ids, was, blocks)
 

@@ -156,3 +156,50 @@ async def test_0033_keys_the_stored_facts_again_keeping_every_row(
     rows = await conn.fetch("SELECT fact FROM memory WHERE tenant = $1 ORDER BY id", T)
     assert [row["fact"] for row in rows] == texts
     assert await _add(conn, ["PORT 9000 .", "Port 9001."]) == ["Port 9001."]
+
+
+async def _old_keyed(conn: Any, texts: Sequence[str]) -> None:
+    """Store ``texts`` as a replica on the code before migration 0033 keys them, after the
+    migration ran too (its write, or its start, keys the rows 0033 cleared): closing full
+    stops kept in the key."""
+    old = [" ".join(t.split()).casefold() for t in texts]
+    await conn.execute(
+        "INSERT INTO memory (tenant, scope, fact, fact_key) SELECT $1, 'global', f, k"
+        " FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(f, k, o) ORDER BY o",
+        T,
+        list(texts),
+        old,
+    )
+
+
+async def test_a_key_the_earlier_form_made_after_0033_is_made_again(
+    pool: asyncpg.Pool, conn: Any
+) -> None:
+    """A replica still on the code before 0033 keys the rows 0033 cleared (at its write or
+    its start) in the earlier form: such a key is read as none, so "X." so keyed still
+    keeps out "X", and the start and a write key it again."""
+    await _old_keyed(conn, ["Port 9000.", "The build uses uv", "Stops...", "...", "e.g."])
+    keys, texts = await store.stored_matches(conn, tenant=T, scope="global", texts=["port 9000"])
+    assert texts == ["Port 9000.", "Stops...", "e.g."] and not keys
+    assert await _add(conn, ["port 9000", "the build uses uv."]) == []
+    assert await _keys(conn) == ["port 9000", "the build uses uv", "stops", "...", "e.g"]
+    await _old_keyed(conn, ["Uses pnpm."])
+    assert await store.key_stored_facts(pool) == 1
+    assert (await _keys(conn))[-1] == "uses pnpm"
+    assert await store.key_stored_facts(pool) == 0
+
+
+async def test_a_batch_of_the_start_reads_its_rows_alone(conn: Any) -> None:
+    """Right after 0033 every row is unkeyed, and the planner knows it: still, finding the
+    next scope and a scope's next batch walk the index of the rows to key, in order (a walk
+    of the table, or of the ids from the first, would read the rows keyed before it again
+    at every batch: a large table's keying would grow with its square)."""
+    await conn.execute(
+        "INSERT INTO memory (tenant, scope, fact) SELECT $1, 'agent:a' || (g % 4), 'F ' || g"
+        " FROM generate_series(1, 4000) g",
+        T,
+    )
+    await conn.execute("ANALYZE memory")
+    for query, args in ((store.UNKEYED, (T, "agent:a3", 500)), (store.NEXT_UNKEYED, (T, "a"))):
+        plan = "\n".join(row[0] for row in await conn.fetch("EXPLAIN " + query, *args))
+        assert "memory_unkeyed_stops" in plan and "Sort" not in plan, plan
