@@ -32,7 +32,8 @@ export class SessionView {
     this.failed = null; // the toast saying a load failed, until one succeeds
     this.tries = 0; // loads failed in a row: the next try waits longer (retryLater)
     this.retry = null; // the timer of the next try
-    this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what));
+    this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what),
+      this.abort.signal);
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.composer = new Composer(this);
     this.memory = new MemoryPrompt(id, ui, this.abort.signal);
