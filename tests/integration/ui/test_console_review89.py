@@ -18,6 +18,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
 from tests.integration.ui.test_console import api, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,3 +61,47 @@ def test_a_raw_output_read_stops_when_the_view_closes(
     assert len(asked) == 3  # no page read after the one under way
     assert other.get_by_test_id("raw-output").count() == 0
     assert page.get_by_test_id("toast").count() == 0
+
+
+def test_a_load_refused_after_a_failed_one_no_longer_says_trying_again(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The first load meets a 503 (said: "trying again"), the try after it a 403 that no
+    try changes: the view stops trying, and says so, not "trying again" as well."""
+    started(console_proxy, "refused")
+    answers = iter([503])
+
+    def session(route: Any) -> None:
+        status = next(answers, 403)
+        route.fulfill(status=status, json={"error": {"message": f"status {status}"}})
+
+    console.page.route("**/v1/sessions/refused", session)
+    page = sign_in(console, "#/s/refused")
+    toasts = page.get_by_test_id("toast")
+    toasts.filter(has_text="status 403").wait_for(timeout=5000)
+    page.wait_for_timeout(300)
+    assert toasts.filter(has_text="trying again").count() == 0
+    console.errors.clear()  # the refusals' own console lines
+
+
+def test_a_failed_load_closed_by_the_person_is_not_said_again_at_each_try(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The view tries a failed load again by itself and says so once: the person who closed
+    that alert is not alerted again at the next try (every 30 s, as long as the proxy
+    fails)."""
+    started(console_proxy, "down")
+    tries: list[str] = []
+
+    def session(route: Any) -> None:
+        tries.append(route.request.url)
+        route.fulfill(status=503, json={"error": {"message": "restarting"}})
+
+    console.page.route("**/v1/sessions/down", session)
+    page = sign_in(console, "#/s/down")
+    said = page.get_by_test_id("toast").filter(has_text="trying again")
+    said.get_by_role("button", name="Close").click()
+    wait_for(lambda: len(tries) >= 2, page)  # the try a second on
+    page.wait_for_timeout(200)
+    assert said.count() == 0
+    console.errors.clear()  # the 503s' own console lines
