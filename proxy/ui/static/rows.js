@@ -19,7 +19,7 @@
 // the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
-import { el, num, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
+import { el, num, rawHandle, rawKey, rawLabel, rawStatus, renderMessage } from "./render.js";
 
 // What a press on a raw output's button reads: pages of the proxy's on to this many
 // characters more. The proxy's page is the model's (the agent's maxChars, its context's
@@ -247,8 +247,8 @@ export class MessageRows {
     }
     const button = li.querySelector("[data-testid=raw-page]");
     const reading = this.paging.has(key);
-    button.querySelector(".raw-status").textContent = reading
-      ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown);
+    rawLabel(button, reading
+      ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown));
     // reading, or all read: it takes no press (renderMessage), yet keeps the focus, which a
     // disabled button gives up to the page's body, where the keyboard's place is lost
     button.setAttribute("aria-disabled", String(reading || shown.next >= shown.total));

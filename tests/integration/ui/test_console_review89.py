@@ -84,6 +84,28 @@ def test_a_load_refused_after_a_failed_one_no_longer_says_trying_again(
     console.errors.clear()  # the refusals' own console lines
 
 
+def test_a_raw_output_buttons_name_is_not_copied_with_its_row(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The button's name tells its result from another's (the tool and the call) to a screen
+    reader; a selection of the row copies what is seen, not that hidden text."""
+    fake_upstream.script(reply("ok"))
+    _posted(console_proxy, "copied", tool_round(1, 5000))
+    page = sign_in(console, "#/s/copied")
+    row = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
+    button = row.get_by_role("button", name="Show the raw output of read_file (call_1)")
+    button.wait_for()
+    copied = row.evaluate(
+        """(li) => { const range = document.createRange(); range.selectNodeContents(li);
+             getSelection().removeAllRanges(); getSelection().addRange(range);
+             return getSelection().toString(); }"""
+    )
+    assert "Show the raw output" in copied
+    assert "(call_1)" not in copied
+    button.click()
+    row.get_by_role("button", name="All shown of read_file (call_1)").wait_for()
+
+
 def test_a_failed_load_closed_by_the_person_is_not_said_again_at_each_try(
     console: Page, console_proxy: ProxyServer
 ) -> None:
