@@ -150,6 +150,8 @@ export function rawStatus(shown) {
   return `All the proxy kept is shown: the first ${num(kept)} of ${num(shown.original)} bytes`;
 }
 
+export const SHOW_RAW = "Show the raw output"; // a raw-output button before its first press
+
 // A raw-output button says `text`, and is named by it and the result it pages (data-of).
 export function rawLabel(button, text) {
   button.textContent = text;
@@ -206,7 +208,7 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
     const button = el("button", { type: "button", class: "link", "data-testid": "raw-page",
       "data-of": of,
       onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } });
-    li.append(rawLabel(button, "Show the raw output"));
+    li.append(rawLabel(button, SHOW_RAW));
   }
   return li;
 }

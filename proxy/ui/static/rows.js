@@ -19,7 +19,7 @@
 // the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
-import { el, num, rawHandle, rawKey, rawLabel, rawStatus, renderMessage } from "./render.js";
+import { el, num, rawHandle, rawKey, rawLabel, rawStatus, renderMessage, SHOW_RAW } from "./render.js";
 
 // What a press on a raw output's button reads: pages of the proxy's on to this many
 // characters more. The proxy's page is the model's (the agent's maxChars, its context's
@@ -206,6 +206,7 @@ export class MessageRows {
     const key = rawKey(row);
     if (this.paging.has(key)) return;
     this.paging.add(key);
+    this.showRaw(li, key);
     try {
       for (let read = 0; read < PRESS_CHARS;) {
         const before = this.raw.get(key);
@@ -235,9 +236,16 @@ export class MessageRows {
 
   // What was paged back of `key`, in its row `li`: `added` (a page read now) goes after the
   // text shown, a spill's megabytes not set again at each page; else the whole text.
+  // Nothing read yet, the button says whether its first page is being read.
   showRaw(li, key, added = null) {
     const shown = this.raw.get(key);
-    if (!shown) return;
+    const button = li.querySelector("[data-testid=raw-page]");
+    const reading = this.paging.has(key);
+    if (!shown) {
+      rawLabel(button, reading ? "Reading…" : SHOW_RAW);
+      button.setAttribute("aria-disabled", String(reading));
+      return;
+    }
     let pre = li.querySelector("[data-testid=raw-output]");
     if (pre && added !== null) {
       pre.append(added);
@@ -245,8 +253,6 @@ export class MessageRows {
       pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
       pre.textContent = shown.text;
     }
-    const button = li.querySelector("[data-testid=raw-page]");
-    const reading = this.paging.has(key);
     rawLabel(button, reading
       ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown));
     // reading, or all read: it takes no press (renderMessage), yet keeps the focus, which a

@@ -1,7 +1,8 @@
 """The console57 changes, reviewed: what they missed. A raw output read on past the view it
 was pressed in wrote into the next session's rows; a load refused after a failed one left
-"trying again" said with nothing trying; the raw-output button's name, hidden in its text,
-was copied with a selection.
+"trying again" said with nothing trying, and the alert closed came back at each try; the
+raw-output button's name, hidden in its text, was copied with a selection; a press said
+nothing until its first page came.
 
 Each test fails on the console before its fix; the ``console`` fixture checks that the page
 raised no error and asked no host but the proxy.
@@ -127,3 +128,26 @@ def test_a_failed_load_closed_by_the_person_is_not_said_again_at_each_try(
     page.wait_for_timeout(200)
     assert said.count() == 0
     console.errors.clear()  # the 503s' own console lines
+
+
+def test_a_raw_output_press_says_reading_before_its_first_page_comes(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The press says Reading… and takes no other press from the moment it is made, not from
+    its first page on (a slow proxy showed no change at all meanwhile); a first page that
+    fails gives the button back as it was."""
+    fake_upstream.script(reply("ok"))
+    _posted(console_proxy, "slow-raw", tool_round(1, 5000))
+    held: list[Any] = []
+    console.page.route("**/v1/sessions/slow-raw/tool-outputs/**", lambda r: held.append(r))
+    page = sign_in(console, "#/s/slow-raw")
+    button = page.locator("[data-tool-call-id=call_1]").get_by_test_id("raw-page")
+    button.click()
+    wait_for(lambda: bool(held), page)
+    assert button.inner_text() == "Reading…"
+    assert button.get_attribute("aria-disabled") == "true"
+    held[0].fulfill(status=503, json={"error": {"message": "restarting"}})
+    page.get_by_test_id("toast").filter(has_text="Could not page the output back").wait_for()
+    assert button.inner_text() == "Show the raw output"
+    assert button.get_attribute("aria-disabled") == "false"
+    console.errors.clear()  # the 503's own console line
