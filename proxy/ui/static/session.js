@@ -29,7 +29,7 @@ export class SessionView {
     this.whole = false; // the next load reloads the whole history
     this.handoff = null; // the toast of this session's handoff nudge
     this.lost = null; // the toast saying the event stream stopped, until it is back
-    this.failed = null; // the toast saying a load failed, until one succeeds
+    this.failed = null; // the toast saying a load failed, until one is answered
     this.tries = 0; // loads failed in a row: the next try waits longer (retryLater)
     this.retry = null; // the timer of the next try
     this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what),
