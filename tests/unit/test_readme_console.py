@@ -36,6 +36,8 @@ def _seconds(module: str, name: str) -> str:
         f"reconnects after {_seconds('api.js', 'RETRY_MS')} s, then 2, 4 … up to "
         f"{_seconds('api.js', 'RETRY_MAX_MS')} s",
         f"so does a stream silent for {_seconds('api.js', 'STALL_MS')} s",
+        f"read again by itself, {_seconds('api.js', 'RETRY_MS')} s on, then 2, 4 … up to "
+        f"{_seconds('api.js', 'RETRY_MAX_MS')} s",
         f"paged back, {_constant('rows.js', 'PRESS_CHARS'):,} characters a press",
     ],
 )

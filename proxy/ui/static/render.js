@@ -150,6 +150,15 @@ export function rawStatus(shown) {
   return `All the proxy kept is shown: the first ${num(kept)} of ${num(shown.original)} bytes`;
 }
 
+export const SHOW_RAW = "Show the raw output"; // a raw-output button before its first press
+
+// A raw-output button says `text`, and is named by it and the result it pages (data-of).
+export function rawLabel(button, text) {
+  button.textContent = text;
+  button.setAttribute("aria-label", text + button.dataset.of);
+  return button;
+}
+
 // What a row's paged-back output is kept under: its handle, and the row's creation time,
 // since a result that replaces it at its position (the client sent the history again with
 // another result there, under the same id) has the same handle and text of its own.
@@ -191,14 +200,15 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   const cleared = folded && contentText(m.content).startsWith("[context-cleared]");
   const kept = row.truncated && !NO_COPY.test(contentText(m.content));
   if ((kept || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
-    // named by its result too, out of sight: a screen reader's list of buttons tells one
-    // result's from another's, with the visible words first
+    // named by its result too (its aria-label, the visible words first): a screen reader's
+    // list of buttons tells one result's from another's, and a selection copies only what
+    // is seen (text hidden in the button was copied with it); rawLabel keeps it in step
     const of = row.role === "tool" ? ` of ${tool ? `${tool} ` : ""}(${row.tool_call_id})`
       : ` of message ${row.pos}`;
-    li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
-      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } },
-    el("span", { class: "raw-status", text: "Show the raw output" }),
-    el("span", { class: "visually-hidden", text: of })));
+    const button = el("button", { type: "button", class: "link", "data-testid": "raw-page",
+      "data-of": of,
+      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } });
+    li.append(rawLabel(button, SHOW_RAW));
   }
   return li;
 }

@@ -19,7 +19,7 @@
 // the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
-import { el, num, rawHandle, rawKey, rawStatus, renderMessage } from "./render.js";
+import { el, num, rawHandle, rawKey, rawLabel, rawStatus, renderMessage, SHOW_RAW } from "./render.js";
 
 // What a press on a raw output's button reads: pages of the proxy's on to this many
 // characters more. The proxy's page is the model's (the agent's maxChars, its context's
@@ -28,10 +28,11 @@ export const PRESS_CHARS = 50000;
 export const WINDOW = 200; // the rows a first load shows, and "load earlier" adds
 
 export class MessageRows {
-  constructor(id, list, onError) {
+  constructor(id, list, onError, signal) {
     this.id = id;
     this.list = list; // the <ol> the rows are shown in
     this.onError = onError; // (err, what)
+    this.signal = signal; // aborted: the view closed, and the list shows another's rows
     this.rows = [];
     this.start = 0; // the offset of the first row held: those before it are not loaded
     this.shown = 0; // how many of the rows the list shows
@@ -199,36 +200,52 @@ export class MessageRows {
   // capped at the agent's maxChars; its header says which characters it holds), shown as
   // each comes. What was paged back is kept here, so a reload of the list does not lose it;
   // a press while one reads is dropped (both read the same place, and showed it twice).
+  // The view closed, the read stops: the list shows another session's rows, where one at
+  // the same place with the same call id took this one's pages.
   async pageBack(row, li) {
     const key = rawKey(row);
     if (this.paging.has(key)) return;
     this.paging.add(key);
+    this.showRaw(li, key);
     try {
       for (let read = 0; read < PRESS_CHARS;) {
         const before = this.raw.get(key);
         const shown = before || { text: "", next: 0, total: 0 };
         const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PRESS_CHARS - read);
+        if (this.signal.aborted) return;
         if (this.raw.get(key) !== before) break; // forgotten meanwhile (a reset)
         const { text, end } = unwrapPage(out.page, shown.next);
         this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
           capped: out.capped, original: out.original_bytes });
-        this.showRaw(this.list.querySelector(`[data-pos="${row.pos}"]`) || li, key, text);
+        this.showRaw(this.at(row, li), key, text);
         if (end <= shown.next || end >= out.total_chars) break;
         read += end - shown.next;
       }
     } catch (err) {
-      this.onError(err, "Could not page the output back");
+      if (!this.signal.aborted) this.onError(err, "Could not page the output back");
     } finally {
       this.paging.delete(key);
-      this.showRaw(this.list.querySelector(`[data-pos="${row.pos}"]`) || li, key);
     }
+    if (!this.signal.aborted) this.showRaw(this.at(row, li), key);
+  }
+
+  // The item of `row` the list shows now (a load may have drawn it again), else `li`.
+  at(row, li) {
+    return this.list.querySelector(`[data-pos="${row.pos}"]`) || li;
   }
 
   // What was paged back of `key`, in its row `li`: `added` (a page read now) goes after the
   // text shown, a spill's megabytes not set again at each page; else the whole text.
+  // Nothing read yet, the button says whether its first page is being read.
   showRaw(li, key, added = null) {
     const shown = this.raw.get(key);
-    if (!shown) return;
+    const button = li.querySelector("[data-testid=raw-page]");
+    const reading = this.paging.has(key);
+    if (!shown) {
+      rawLabel(button, reading ? "Reading…" : SHOW_RAW);
+      button.setAttribute("aria-disabled", String(reading));
+      return;
+    }
     let pre = li.querySelector("[data-testid=raw-output]");
     if (pre && added !== null) {
       pre.append(added);
@@ -236,10 +253,8 @@ export class MessageRows {
       pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
       pre.textContent = shown.text;
     }
-    const button = li.querySelector("[data-testid=raw-page]");
-    const reading = this.paging.has(key);
-    button.querySelector(".raw-status").textContent = reading
-      ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown);
+    rawLabel(button, reading
+      ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown));
     // reading, or all read: it takes no press (renderMessage), yet keeps the focus, which a
     // disabled button gives up to the page's body, where the keyboard's place is lost
     button.setAttribute("aria-disabled", String(reading || shown.next >= shown.total));

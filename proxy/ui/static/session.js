@@ -2,7 +2,7 @@
 // composer (composer.js), the memory prompt (memory.js) and the live event stream.
 
 import { act } from "./actions.js";
-import { api, followEvents } from "./api.js";
+import { api, followEvents, RETRY_MAX_MS, RETRY_MS } from "./api.js";
 import { Composer, sendable } from "./composer.js";
 import { LiveView } from "./live.js";
 import { MemoryPrompt } from "./memory.js";
@@ -29,10 +29,11 @@ export class SessionView {
     this.whole = false; // the next load reloads the whole history
     this.handoff = null; // the toast of this session's handoff nudge
     this.lost = null; // the toast saying the event stream stopped, until it is back
-    this.failed = null; // the toast saying a load failed, until one succeeds
+    this.failed = null; // the toast saying a load failed, until one is answered
     this.tries = 0; // loads failed in a row: the next try waits longer (retryLater)
     this.retry = null; // the timer of the next try
-    this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what));
+    this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what),
+      this.abort.signal);
     this.live = new LiveView($("message-list")); // the reply streaming now, after the rows
     this.composer = new Composer(this);
     this.memory = new MemoryPrompt(id, ui, this.abort.signal);
@@ -134,20 +135,23 @@ export class SessionView {
   }
 
   // A load that failed (the proxy away or restarting, a 5xx) is tried again by itself, 1 s
-  // on, then twice as long each time up to 30 s: an event stream that stays healthy brings
-  // no event that loads the view again, which stayed empty until a reload. The failure is
-  // said once, until a load succeeds (each try does not raise another alert).
+  // on, then twice as long each time up to 30 s (the event stream's pauses): an event
+  // stream that stays healthy brings no event that loads the view again, which stayed empty
+  // until a reload. The failure is said once, until a load is answered: each try raises no
+  // other alert, nor the same again once the person has closed it.
   retryLater(err) {
-    if (!this.failed || !this.failed.isConnected) {
+    if (!this.failed) {
       this.failed = this.ui.handleError(err, "Could not load the session; trying again", 0);
       if (!this.failed) return; // a 401: signed out, nothing to try again
     }
     clearTimeout(this.retry);
-    this.retry = setTimeout(() => this.refresh(true), Math.min(30000, 1000 * 2 ** this.tries));
+    this.retry = setTimeout(() => this.refresh(true),
+      Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** this.tries));
     this.tries += 1;
   }
 
-  // A load succeeded: the failure is no longer so, and no try is pending.
+  // A load was answered (the session, or a refusal no try changes): no try is pending, and
+  // the failure said is no longer so.
   loaded() {
     this.tries = 0;
     clearTimeout(this.retry);
@@ -228,8 +232,12 @@ export class SessionView {
       // refused (a key limited to other agents): said where the session's details go too,
       // so the view does not pass for an empty session once the toast has gone
       if (err.status === 403) $("session-meta").textContent = `Refused: ${err.message}`;
-      if (passing(err)) this.retryLater(err);
-      else this.ui.handleError(err, "Could not load the session");
+      if (passing(err)) {
+        this.retryLater(err);
+      } else { // no try is pending: the refusal is said, not "trying again" with it
+        this.loaded();
+        this.ui.handleError(err, "Could not load the session");
+      }
     }
   }
 
