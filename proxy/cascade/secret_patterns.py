@@ -21,11 +21,13 @@ from proxy.cascade.secret_blocks import (
     SHORT_BLOCK,
 )
 from proxy.cascade.secret_code import (
+    AFTER_COLON,
     ANNOTATION,
     BUILTIN_TYPE,
     CODE_TYPE,
     GENERIC,
     IDENTIFIER,
+    NODE_PROPERTIES,
     TYPE_END,
 )
 from proxy.cascade.secret_strings import THRICE_ESCAPED, TWICE_ESCAPED, WHOLE_STRING
@@ -84,13 +86,6 @@ _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\
 # placeholder: ``<your-token>``) nor a closing tag's (``abc</td>``): cut there, the value's
 # tail stayed.
 _ANGLE = r"(?:<(?![/!?\s<>]|$)|>)"
-# A YAML node's anchor or tag before a value (``password: &pw hunter2``, ``!!str``), read
-# past: the value after it is the secret. Rust's ``&mut``, ``&dyn`` and ``&impl`` are a
-# reference's, not an anchor's.
-_NODE_PROPERTIES = (
-    r"(?:(?:&(?!(?:mut|dyn|impl) )[A-Za-z0-9_\-]{1,64}+|!{1,2}[A-Za-z0-9_\-]{0,64}+)"
-    r"[ \t]{1,8}+){0,2}+"
-)
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -106,9 +101,10 @@ def _assigned(blanks: int, quote: str = _QUOTE + "?") -> str:
 # at one depth): a quote escaped otherwise after ``"api_key\": `` is the end of the string
 # that ends in a key's text and the next one's start, read as a value it held the text
 # between them (and left it JSON no longer). ``_KEY_QUOTE`` reads the key's quote and notes
-# its backslashes.
-_KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)[\"'])?+"
-_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)[\"'])|(?!\\{0,7}[\"'])))"
+# its backslashes. A value quoted deeper (more escapes) or with single quotes, which JSON
+# never escapes (``{'password': \"…\"}`` in a call's arguments), ends no string of its key's.
+_KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)\"|(?:\\{7}|\\{3}|\\)?')?+"
+_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)\\{0,8}\")|(?!\\{0,7}\")))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
@@ -118,7 +114,7 @@ _NOT_A_VALUE = (
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
-    r"(?!\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
+    r"(?!" + AFTER_COLON + r"\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
     r"(?!&(?:dyn|impl) [A-Za-z_])"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
@@ -164,7 +160,7 @@ _NOT_BETWEEN_STRINGS = (
 
 def _secret_value(block: str) -> str:
     return (
-        _NODE_PROPERTIES
+        NODE_PROPERTIES
         + _NOT_BETWEEN_STRINGS
         + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
@@ -324,10 +320,17 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
     # AWS access key ids (long-term and temporary).
     r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-    # AWS secret access key assignments (40 base64 chars), keeping the key name. It begins at
-    # ``secret``, its ``aws`` read behind: the scanner holds the four spellings of the rest,
-    # not eight with ``aws`` too, of the 64 literals it reads fastest (``redaction_scan``).
-    r"(?i)(?:(?<=aws)|(?<=aws_))secret[_-_]?access_?key" + _assigned(5) + _QUOTE + "?"
+    # AWS secret access key assignments (40 base64 chars) keeping the key name, or its value
+    # after a blank (``aws configure set aws_secret_access_key …``, ``… Key [None]: …``). It
+    # begins at the keyed pass's literal ``secret``, ``aws`` read behind: its ``[ _-_]`` (a
+    # range) stops the scanner spelling out more of the 64 literals it reads fastest.
+    r"(?i)(?:(?<=aws)|(?<=aws[_ ]))secret[ _-_]?access[ _-_]?key(?: \[[^\]\n]{0,64}+\])?(?:"
+    + _assigned(5)
+    + "|"
+    + BLANK
+    + "{1,5})"
+    + _QUOTE
+    + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
     # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
     r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",

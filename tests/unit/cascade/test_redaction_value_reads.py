@@ -1,0 +1,85 @@
+"""A secret's value where a reading of the text around it could have let it through: an
+anchor, a tag or an alias that YAML alone writes (after a colon, and before a value), a value
+quoted otherwise than its key (``{'password': "…"}`` in a call's JSON arguments), and an AWS
+secret key after a blank (``aws configure set aws_secret_access_key …``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+
+PATTERNS = compile_patterns(())
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("PASSWORD=!Passw0rd  # prod", f"PASSWORD={REDACTED}  # prod"),
+        ("password: !Passw0rd # prod", f"password: {REDACTED} # prod"),
+        ("password: &Xk9pq2 \nuser: app", f"password: {REDACTED} \nuser: app"),
+        ("DB_PASSWORD=&abc123 ", f"DB_PASSWORD={REDACTED} "),
+        ("{password: &Xk9pq2 , user: y}", f"{{password: {REDACTED} , user: y}}"),
+        ("PASSWORD=!Xk9 more", f"PASSWORD={REDACTED} more"),
+        ("PASSWORD=*abc123", f"PASSWORD={REDACTED}"),
+        ("password = *Xy9zQ", f"password = {REDACTED}"),
+    ],
+)
+def test_a_value_that_only_looks_like_an_anchor_a_tag_or_an_alias_is_redacted(
+    text: str, kept: str
+) -> None:
+    assert redact(text, PATTERNS) == (kept, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (
+            "password: !<tag:yaml.org,2002:str> hunter2",
+            f"password: !<tag:yaml.org,2002:str> {REDACTED}",
+        ),
+        ("password: !!python/str hunter2", f"password: !!python/str {REDACTED}"),
+        ("password: !vault |\n  $ANSIBLE_VAULT;1.1\nuser: x", None),
+    ],
+)
+def test_a_value_after_a_verbatim_or_a_namespaced_tag_is_redacted(
+    text: str, kept: str | None
+) -> None:
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and "hunter2" not in out and "ANSIBLE_VAULT" not in out
+    assert kept is None or out == kept
+
+
+@pytest.mark.parametrize(
+    ("code", "secret"),
+    [
+        ("DB = {'password': \"hunter2\"}", "hunter2"),
+        ("cfg = {\"password\": 'hunter2'}", "hunter2"),
+        ("headers = {'X-Api-Key': \"k-93fa7Q\"}", "k-93fa7Q"),
+        ('log(\'"password": \\"hunter2\\"\')', "hunter2"),
+    ],
+)
+def test_a_value_quoted_otherwise_than_its_key_in_a_calls_arguments_is_redacted(
+    code: str, secret: str
+) -> None:
+    text = json.dumps({"path": "app.py", "content": code})
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and secret not in out
+    assert json.loads(out)["content"] == code.replace(secret, REDACTED)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"aws configure set aws_secret_access_key {AWS}",
+        f"aws configure set default.aws_secret_access_key {AWS} --profile x",
+        f"AWS Secret Access Key [None]: {AWS}",
+        f"AWS Secret Access Key [****************EKEY]: {AWS}",
+    ],
+)
+def test_an_aws_secret_key_after_a_blank_or_the_cli_prompt_is_redacted(text: str) -> None:
+    out, n = redact(text, PATTERNS)
+    assert (out, n) == (text.replace(AWS, REDACTED), 1)
