@@ -101,10 +101,11 @@ def _assigned(blanks: int, quote: str = _QUOTE + "?") -> str:
 # at one depth): a quote escaped otherwise after ``"api_key\": `` is the end of the string
 # that ends in a key's text and the next one's start, read as a value it held the text
 # between them (and left it JSON no longer). ``_KEY_QUOTE`` reads the key's quote and notes
-# its backslashes. A value quoted deeper (more escapes) or with single quotes, which JSON
-# never escapes (``{'password': \"…\"}`` in a call's arguments), ends no string of its key's.
+# its backslashes. A value quoted deeper (more escapes), or with single quotes around no
+# double one (JSON never escapes them: ``{'password': \"…\"}`` in a call's arguments), ends
+# no string of its key's.
 _KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)\"|(?:\\{7}|\\{3}|\\)?')?+"
-_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)\\{0,8}\")|(?!\\{0,7}\")))"
+_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)\\{0,8}\")|(?='[^'\"\n]{1,500}')|(?!\\{0,7}[\"'])))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"

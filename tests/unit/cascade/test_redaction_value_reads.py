@@ -83,3 +83,15 @@ def test_a_value_quoted_otherwise_than_its_key_in_a_calls_arguments_is_redacted(
 def test_an_aws_secret_key_after_a_blank_or_the_cli_prompt_is_redacted(text: str) -> None:
     out, n = redact(text, PATTERNS)
     assert (out, n) == (text.replace(AWS, REDACTED), 1)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"note": 'x "api_key": \'a', "b": "c'"},
+        {"l": ['"token": \'', {"v": "'"}]},
+    ],
+)
+def test_a_single_quoted_value_across_a_strings_end_is_not_read(doc: dict[str, object]) -> None:
+    text = json.dumps(doc)
+    assert json.loads(redact(text, PATTERNS)[0]) == doc
