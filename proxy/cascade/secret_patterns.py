@@ -206,8 +206,9 @@ _AUTHORIZATION = "authorization"
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
 _WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # A line's end or a quote escaped as JSON text writes it, or escaped twice (``\\\"``: JSON
-# inside a JSON string inside JSON text, as ``_QUOTE`` reads a key's).
-_ESCAPES = r"(?:\\\\)?\\[nrt\"]"
+# inside a JSON string inside JSON text) or thrice (seven backslashes), as ``_QUOTE`` reads
+# a key's.
+_ESCAPES = r"(?:\\{6}|\\\\)?\\[nrt\"]"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them, once or twice (a file's lines
 # as strings of an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a
@@ -256,7 +257,7 @@ _SIBLING = (
 # next one's name after this one's value), at most two short entries, and a name, key, label
 # or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
 _NAME_AFTER = (
-    r"(?:[ \t\"']|(?:\\\\)?\\[t\"]){0,64}+(?:,|&|"
+    r"(?:[ \t\"']|(?:\\{6}|\\\\)?\\[t\"]){0,64}+(?:,|&|"
     + NL
     + r")(?:[\s,\"']|"
     + _ESCAPES
@@ -273,7 +274,7 @@ _NAME_AFTER = (
     + _AUTHORIZATION
     + "|"
     + _WORDS_KEY
-    + r")(?=(?:\\\\)?\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
+    + r")(?=(?:\\{6}|\\\\)?\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
 )
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.

@@ -95,3 +95,25 @@ def test_an_aws_secret_key_after_a_blank_or_the_cli_prompt_is_redacted(text: str
 def test_a_single_quoted_value_across_a_strings_end_is_not_read(doc: dict[str, object]) -> None:
     text = json.dumps(doc)
     assert json.loads(redact(text, PATTERNS)[0]) == doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "secret"),
+    [
+        ({"name": "DB_PASSWORD", "value": "hunter2"}, "hunter2"),
+        ({"value": "hunter2", "name": "api_key"}, "hunter2"),
+        ({"authorization": "Basic dXNlcjpwYXNz"}, "dXNlcjpwYXNz"),
+    ],
+)
+def test_a_pair_or_a_header_four_json_levels_deep_is_redacted(
+    doc: dict[str, str], secret: str
+) -> None:
+    texts = [json.dumps(doc)]
+    for _ in range(3):
+        texts.append(json.dumps({"l": texts[-1]}))
+    out, n = redact(texts[-1], PATTERNS)
+    assert n == 1 and secret not in out
+    inner = out
+    for _ in range(3):
+        inner = json.loads(inner)["l"]
+    assert json.loads(inner) == {k: v.replace(secret, REDACTED) for k, v in doc.items()}
