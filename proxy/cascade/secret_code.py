@@ -53,8 +53,14 @@ TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
 # A comma that ends no YAML flow mapping's entry (``{password: SuperSecret, user: app}``):
 # the next bracket on its line is no ``}``. A parameter list's closes with ``)``; a type
 # literal's entries end with ``;`` (as formatters write them), or with ``,`` on lines of
-# their own. A type literal on one line with commas (``{a: A, b: B}``) reads as a mapping.
-_NOT_IN_FLOW = r"(?![^(){}\[\]\\\n]{0,256}+\})"
+# their own. A type literal on one line with commas reads as a mapping, unless an entry after
+# the comma has a builtin type (``{token: AuthToken, retries: number}``): no mapping's does.
+_NOT_IN_FLOW = (
+    r"(?:(?![^(){}\[\]\\\n]{0,256}+\})|(?=(?:[^(){}\[\]\\\n]{0,256}?[,;])??[ \t]{0,8}[A-Za-z_$]"
+    + r"[A-Za-z0-9_$]{0,63}\??:[ \t]{0,3}"
+    + BUILTIN_TYPE
+    + r"(?:\[\])?[ \t]{0,8}[,;}]))"
+)
 # Other types code writes after a name: TypeScript's operators before the type each takes
 # (``readonly string[]``, ``readonly [A, B]``, ``keyof T``, ``typeof X``, ``unique symbol``;
 # ``unique horse`` is a passphrase), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``),
