@@ -31,13 +31,12 @@ from proxy.cascade.secret_code import (
     TYPE_END,
 )
 from proxy.cascade.secret_strings import THRICE_ESCAPED, TWICE_ESCAPED, WHOLE_STRING
-from proxy.cascade.secret_urls import URL_PASSWORD, URL_PATH
+from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
 REDACTED = "[REDACTED]"
 
-_NOT_REDACTED = r"(?!\[REDACTED\])"
 # ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token. A word
 # before a keyword makes a key's name (``#password:``, ``mypassword``, ``DB_PASSWORD``); an
 # English word it begins names none (``secretary``, ``secretly``, ``passwordless``).
@@ -303,25 +302,8 @@ _IN_COMMENT = (
 )
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
-    # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
-    # so the search for the END line stops at the next one (another BEGIN line) rather than
-    # reading its 20,000 characters from each of many BEGIN lines; a dash just before the
-    # END line is the body's (a diff that removes the key puts one before each line).
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
-    r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
-    r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
-    # ... and one whose END line is missing (output cut short); in JSON text (a call's
-    # arguments) its lines are joined by escapes (``\n``), read as the lines they stand for.
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
-    r"(?:[\sA-Za-z0-9+/=:,\-]|\\[nrt/]){0,20000}",
-    # Anthropic (before OpenAI: both start with ``sk-``).
-    r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_\-]{20,300}",
-    # OpenAI: legacy sk-…, project sk-proj-…, service-account, admin keys.
-    r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}",
-    # Stripe secret and restricted keys.
-    r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
-    # AWS access key ids (long-term and temporary).
-    r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+    # Secrets known by their shape, no key naming them (``secret_tokens``).
+    *SHAPED,
     # AWS secret access key assignments (40 base64 chars) keeping the key name, or its value
     # after a blank (``aws configure set aws_secret_access_key …``, ``… Key [None]: …``). It
     # begins at the keyed pass's literal ``secret``, ``aws`` read behind: its ``[ _-_]`` (a
@@ -334,31 +316,14 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _QUOTE
     + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-    # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
-    r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
-    r"github_pat_(?<![\w-]github_pat_)[A-Za-z0-9_]{30,255}",
-    # Hugging Face, GitLab and npm access tokens.
-    r"hf_(?<![\w-]hf_)[A-Za-z0-9]{30,60}(?![A-Za-z0-9_])",
-    r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_\-]{20,64}",
-    r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])",
-    # Slack tokens.
-    r"xox(?<![\w-]xox)[baprs]-[A-Za-z0-9\-]{10,250}",
-    # Google API keys.
-    r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
-    # JSON Web Tokens (header.payload.signature, base64url).
-    r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
-    # Secrets that are a URL's path, and a URL's password (``secret_urls``).
-    URL_PATH,
-    URL_PASSWORD,
-    # Authorization headers: keep the scheme word, redact the credential.
-    r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
+    # An Authorization header's Basic or token credential: keep the scheme word.
     r"(?i)"
     + _AUTHORIZATION
     + _QUOTE
     + r"?[ \t]{0,3}[:=][ \t]{0,3}"
     + _QUOTE
     + r"?(?:basic|token)[ \t]{1,5}"
-    + _NOT_REDACTED
+    + NOT_REDACTED
     + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
     # The same secrets keyed by a sibling entry: ``{"name": "DB_PASSWORD", "value": "…"}``
     # (``_SIBLING``).
