@@ -19,6 +19,9 @@ from proxy.cascade.secret_blocks import (
     KEYED_BLOCK,
     NL,
     SHORT_BLOCK,
+    THRICE_ESCAPED,
+    TWICE_ESCAPED,
+    WHOLE_STRING,
 )
 from proxy.cascade.secret_code import (
     AFTER_COLON,
@@ -30,7 +33,6 @@ from proxy.cascade.secret_code import (
     NODE_PROPERTIES,
     TYPE_END,
 )
-from proxy.cascade.secret_strings import THRICE_ESCAPED, TWICE_ESCAPED, WHOLE_STRING
 from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
