@@ -1,7 +1,8 @@
 """What code writes after a secret's name that is no value, as
 :mod:`proxy.cascade.secret_patterns` reads it: a variable's name (:data:`IDENTIFIER`), a
 builtin, generic or other type (:data:`BUILTIN_TYPE`, :data:`GENERIC`, :data:`CODE_TYPE`),
-and an annotation between a key and its ``=`` (:data:`ANNOTATION`). A coding agent reads and
+an annotation between a key and its ``=`` (:data:`ANNOTATION`), and a YAML node's anchor or tag
+before a value (:data:`NODE_PROPERTIES`). A coding agent reads and
 writes models, interfaces and signatures that name tokens and passwords: redacted, the type's
 name broke the file. A type is read only where code ends it, so a password that merely begins
 with a type's shape is still a secret.
@@ -12,14 +13,19 @@ from __future__ import annotations
 from proxy.cascade.secret_blocks import BLANK
 
 __all__ = [
+    "AFTER_COLON",
     "ANNOTATION",
     "BUILTIN_TYPE",
     "CODE_TYPE",
     "GENERIC",
     "IDENTIFIER",
+    "NODE_PROPERTIES",
     "TYPE_END",
 ]
 
+# A value's place after a colon and up to three blanks (``token: AuthToken``), never an
+# ``=``: what only YAML or a type annotation writes there is read only there.
+AFTER_COLON = r"(?:(?<=:)|(?<=:[ \t])|(?<=:[ \t]{2})|(?<=:[ \t]{3}))"
 # A variable's name: camelCase, snake_case, CONSTANT_CASE or dotted (``self.password``).
 IDENTIFIER = (
     r"(?-i:(?:[A-Za-z_]{1,64}\.){1,8}[A-Za-z_]{1,64}"
@@ -47,8 +53,14 @@ TYPE_END = r"(?=\??(?:[\s,;)>|=\]{}\"']|\[\]|\\[nrt\"]|$))"
 # A comma that ends no YAML flow mapping's entry (``{password: SuperSecret, user: app}``):
 # the next bracket on its line is no ``}``. A parameter list's closes with ``)``; a type
 # literal's entries end with ``;`` (as formatters write them), or with ``,`` on lines of
-# their own. A type literal on one line with commas (``{a: A, b: B}``) reads as a mapping.
-_NOT_IN_FLOW = r"(?![^(){}\[\]\\\n]{0,256}+\})"
+# their own. A type literal on one line with commas reads as a mapping, unless an entry after
+# the comma has a builtin type (``{token: AuthToken, retries: number}``): no mapping's does.
+_NOT_IN_FLOW = (
+    r"(?:(?![^(){}\[\]\\\n]{0,256}+\})|(?=(?:[^(){}\[\]\\\n]{0,256}?[,;])??[ \t]{0,8}[A-Za-z_$]"
+    + r"[A-Za-z0-9_$]{0,63}\??:[ \t]{0,3}"
+    + BUILTIN_TYPE
+    + r"(?:\[\])?[ \t]{0,8}[,;}]))"
+)
 # Other types code writes after a name: TypeScript's operators before the type each takes
 # (``readonly string[]``, ``readonly [A, B]``, ``keyof T``, ``typeof X``, ``unique symbol``;
 # ``unique horse`` is a passphrase), Rust's references (``&str``, ``&'a str``, ``&mut [u8]``),
@@ -68,7 +80,8 @@ CODE_TYPE = (
     + _ARGUMENTS
     + ")?)"
     + TYPE_END
-    + r"|(?:(?<=:)|(?<=:[ \t])|(?<=:[ \t]{2})|(?<=:[ \t]{3}))"
+    + "|"
+    + AFTER_COLON
     + r"(?:[A-Z][a-z]{1,64}){2,16}(?:\[\]|\??(?:[;)>]|,"
     + _NOT_IN_FLOW
     + r"| \|)))"
@@ -85,4 +98,16 @@ ANNOTATION = (
     + r"\??(?="
     + BLANK
     + r"{0,3}=(?![=>])))?+"
+)
+
+# A YAML node's anchor or tag before a value (``password: &pw hunter2``, ``!!str``,
+# ``!<tag:…>``), after a colon, read past: the value after it is the secret. Before a line's
+# end, a comment or an entry's end (``password: !Passw0rd  # prod``, a blank left at a line's
+# end) it is the value; and after an ``=`` (``PASSWORD=!Xk9 cmd`` in a shell) there is none.
+# Rust's ``&mut``, ``&dyn`` and ``&impl`` are a reference's, not an anchor's.
+NODE_PROPERTIES = (
+    r"(?:(?=[&!])"
+    + AFTER_COLON
+    + r"(?:(?:&(?!(?:mut|dyn|impl) )[A-Za-z0-9_\-]{1,64}+|!<[^\s<>]{1,256}+>"
+    r"|!{1,2}[A-Za-z0-9_\-./:%]{0,64}+)[ \t]{1,8}+){1,2}+(?![#,}\]\r\n]|\\[nr]|$))?+"
 )

@@ -19,23 +19,26 @@ from proxy.cascade.secret_blocks import (
     KEYED_BLOCK,
     NL,
     SHORT_BLOCK,
+    THRICE_ESCAPED,
+    TWICE_ESCAPED,
+    WHOLE_STRING,
 )
 from proxy.cascade.secret_code import (
+    AFTER_COLON,
     ANNOTATION,
     BUILTIN_TYPE,
     CODE_TYPE,
     GENERIC,
     IDENTIFIER,
+    NODE_PROPERTIES,
     TYPE_END,
 )
-from proxy.cascade.secret_strings import THRICE_ESCAPED, TWICE_ESCAPED, WHOLE_STRING
-from proxy.cascade.secret_urls import URL_PASSWORD, URL_PATH
+from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
 REDACTED = "[REDACTED]"
 
-_NOT_REDACTED = r"(?!\[REDACTED\])"
 # ``token`` but not ``tokenizer``, ``tokenization``: what splits text holds no token. A word
 # before a keyword makes a key's name (``#password:``, ``mypassword``, ``DB_PASSWORD``); an
 # English word it begins names none (``secretary``, ``secretly``, ``passwordless``).
@@ -84,13 +87,6 @@ _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\
 # placeholder: ``<your-token>``) nor a closing tag's (``abc</td>``): cut there, the value's
 # tail stayed.
 _ANGLE = r"(?:<(?![/!?\s<>]|$)|>)"
-# A YAML node's anchor or tag before a value (``password: &pw hunter2``, ``!!str``), read
-# past: the value after it is the secret. Rust's ``&mut``, ``&dyn`` and ``&impl`` are a
-# reference's, not an anchor's.
-_NODE_PROPERTIES = (
-    r"(?:(?:&(?!(?:mut|dyn|impl) )[A-Za-z0-9_\-]{1,64}+|!{1,2}[A-Za-z0-9_\-]{0,64}+)"
-    r"[ \t]{1,8}+){0,2}+"
-)
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -106,9 +102,11 @@ def _assigned(blanks: int, quote: str = _QUOTE + "?") -> str:
 # at one depth): a quote escaped otherwise after ``"api_key\": `` is the end of the string
 # that ends in a key's text and the next one's start, read as a value it held the text
 # between them (and left it JSON no longer). ``_KEY_QUOTE`` reads the key's quote and notes
-# its backslashes.
-_KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)[\"'])?+"
-_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)[\"'])|(?!\\{0,7}[\"'])))"
+# its backslashes. A value quoted deeper (more escapes), or with single quotes around no
+# double one (JSON never escapes them: ``{'password': \"…\"}`` in a call's arguments), ends
+# no string of its key's.
+_KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)\"|(?:\\{7}|\\{3}|\\)?')?+"
+_AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)\\{0,8}\")|(?='[^'\"\n]{1,500}')|(?!\\{0,7}[\"'])))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
     r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
@@ -118,7 +116,7 @@ _NOT_A_VALUE = (
     r"(?!(?<=[ \t])#)"
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
-    r"(?!\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
+    r"(?!" + AFTER_COLON + r"\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
     r"(?!&(?:dyn|impl) [A-Za-z_])"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
@@ -164,7 +162,7 @@ _NOT_BETWEEN_STRINGS = (
 
 def _secret_value(block: str) -> str:
     return (
-        _NODE_PROPERTIES
+        NODE_PROPERTIES
         + _NOT_BETWEEN_STRINGS
         + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
@@ -209,8 +207,9 @@ _AUTHORIZATION = "authorization"
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
 _WORDS_KEY = "(?:api|access|auth|private|secret) key"
 # A line's end or a quote escaped as JSON text writes it, or escaped twice (``\\\"``: JSON
-# inside a JSON string inside JSON text, as ``_QUOTE`` reads a key's).
-_ESCAPES = r"(?:\\\\)?\\[nrt\"]"
+# inside a JSON string inside JSON text) or thrice (seven backslashes), as ``_QUOTE`` reads
+# a key's.
+_ESCAPES = r"(?:\\{6}|\\\\)?\\[nrt\"]"
 # What lies between one entry and the next of an object or a YAML mapping: blanks, lines,
 # commas and quotes, bare or escaped as JSON text writes them, once or twice (a file's lines
 # as strings of an array too), or a form body's ``&`` (``name=api_key&value=…``). Never a
@@ -259,7 +258,7 @@ _SIBLING = (
 # next one's name after this one's value), at most two short entries, and a name, key, label
 # or id entry whose whole text ends in a key of the keyed pass (``"label": "Master Password"``).
 _NAME_AFTER = (
-    r"(?:[ \t\"']|(?:\\\\)?\\[t\"]){0,64}+(?:,|&|"
+    r"(?:[ \t\"']|(?:\\{6}|\\\\)?\\[t\"]){0,64}+(?:,|&|"
     + NL
     + r")(?:[\s,\"']|"
     + _ESCAPES
@@ -276,7 +275,7 @@ _NAME_AFTER = (
     + _AUTHORIZATION
     + "|"
     + _WORDS_KEY
-    + r")(?=(?:\\\\)?\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
+    + r")(?=(?:\\{6}|\\\\)?\\?[\"']|[\s,;&}\]]|\\[nrt]|$)"
 )
 # Its one start literal is ``value`` (``ParameterValue`` by a lookbehind): a second one
 # (``parametervalue``) beside it slows the literal scan of every text several times over.
@@ -305,55 +304,28 @@ _IN_COMMENT = (
 )
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
-    # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
-    # so the search for the END line stops at the next one (another BEGIN line) rather than
-    # reading its 20,000 characters from each of many BEGIN lines; a dash just before the
-    # END line is the body's (a diff that removes the key puts one before each line).
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
-    r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
-    r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
-    # ... and one whose END line is missing (output cut short); in JSON text (a call's
-    # arguments) its lines are joined by escapes (``\n``), read as the lines they stand for.
-    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
-    r"(?:[\sA-Za-z0-9+/=:,\-]|\\[nrt/]){0,20000}",
-    # Anthropic (before OpenAI: both start with ``sk-``).
-    r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_\-]{20,300}",
-    # OpenAI: legacy sk-…, project sk-proj-…, service-account, admin keys.
-    r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}",
-    # Stripe secret and restricted keys.
-    r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
-    # AWS access key ids (long-term and temporary).
-    r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
-    # AWS secret access key assignments (40 base64 chars), keeping the key name. It begins at
-    # ``secret``, its ``aws`` read behind: the scanner holds the four spellings of the rest,
-    # not eight with ``aws`` too, of the 64 literals it reads fastest (``redaction_scan``).
-    r"(?i)(?:(?<=aws)|(?<=aws_))secret[_-_]?access_?key" + _assigned(5) + _QUOTE + "?"
+    # Secrets known by their shape, no key naming them (``secret_tokens``).
+    *SHAPED,
+    # AWS secret access key assignments (40 base64 chars) keeping the key name, or its value
+    # after a blank (``aws configure set aws_secret_access_key …``, ``… Key [None]: …``). It
+    # begins at the keyed pass's literal ``secret``, ``aws`` read behind: its ``[ _-_]`` (a
+    # range) stops the scanner spelling out more of the 64 literals it reads fastest.
+    r"(?i)(?:(?<=aws)|(?<=aws[_ ]))secret[ _-_]?access[ _-_]?key(?: \[[^\]\n]{0,64}+\])?(?:"
+    + _assigned(5)
+    + "|"
+    + BLANK
+    + "{1,5})"
+    + _QUOTE
+    + "?"
     r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-    # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
-    r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
-    r"github_pat_(?<![\w-]github_pat_)[A-Za-z0-9_]{30,255}",
-    # Hugging Face, GitLab and npm access tokens.
-    r"hf_(?<![\w-]hf_)[A-Za-z0-9]{30,60}(?![A-Za-z0-9_])",
-    r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_\-]{20,64}",
-    r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])",
-    # Slack tokens.
-    r"xox(?<![\w-]xox)[baprs]-[A-Za-z0-9\-]{10,250}",
-    # Google API keys.
-    r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
-    # JSON Web Tokens (header.payload.signature, base64url).
-    r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
-    # Secrets that are a URL's path, and a URL's password (``secret_urls``).
-    URL_PATH,
-    URL_PASSWORD,
-    # Authorization headers: keep the scheme word, redact the credential.
-    r"(?i)bearer[ \t]{1,5}" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
+    # An Authorization header's Basic or token credential: keep the scheme word.
     r"(?i)"
     + _AUTHORIZATION
     + _QUOTE
     + r"?[ \t]{0,3}[:=][ \t]{0,3}"
     + _QUOTE
     + r"?(?:basic|token)[ \t]{1,5}"
-    + _NOT_REDACTED
+    + NOT_REDACTED
     + r"(?P<secret>[A-Za-z0-9+/=._\-]{8,4096})",
     # The same secrets keyed by a sibling entry: ``{"name": "DB_PASSWORD", "value": "…"}``
     # (``_SIBLING``).

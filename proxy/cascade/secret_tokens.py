@@ -1,0 +1,101 @@
+"""The built-in patterns for secrets known by their shape, no key naming them, as
+:mod:`proxy.cascade.secret_patterns` applies them first (:data:`SHAPED`): private keys,
+providers' tokens (``sk-…``, ``ghp_…``, ``AKIA…``), JSON Web Tokens, the secrets a URL holds
+(a Telegram bot's token or a Slack or Discord webhook's, which are the URL's path:
+:data:`URL_PATH`; a URL's password: :data:`URL_PASSWORD`; either in JSON text whose slashes
+are escaped, ``https:\\/\\/…``) and a bearer token."""
+
+from __future__ import annotations
+
+__all__ = ["NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH"]
+
+# Where a secret begins that no earlier pass redacted (a second pass leaves the first's
+# marks as they are).
+NOT_REDACTED = r"(?!\[REDACTED\])"
+# A URL's port after its host (``:443``), if any.
+_PORT = r"(?::[0-9]{1,5})?"
+# A URL's ``://`` and a slash of its path, bare or escaped as JSON text may write them
+# (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string).
+_URL_START = r"(?:://|:\\/\\/)"
+_SLASH = r"\\?/"
+
+# Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
+# slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
+# Discord webhook's. Keeps the host and the path's fixed words. Each begins at its
+# host's domain, in any case (``Hooks.Slack.com``), where no host's character is before it
+# (``evil-slack.com`` is another host), with a scheme or without, and its slashes may be
+# escaped as JSON text may write them
+# (``https:\/\/api.telegram.org\/bot…``): four literals the scanner finds, so a URL to any
+# other host costs no regex call (a log line holds one or more).
+URL_PATH = (
+    r"(?i)(?<![A-Za-z0-9_\-])(?:telegram\.org"
+    + _PORT
+    + _SLASH
+    + f"(?:file{_SLASH})?bot"
+    + r"(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"|slack\.com"
+    + _PORT
+    + _SLASH
+    + f"(?:services|workflows|triggers){_SLASH}"
+    + r"(?P<secret2>(?:[A-Za-z0-9+_\-]|"
+    + _SLASH
+    + r"){24,256})"
+    + r"|discord(?:app)?\.com"
+    + _PORT
+    + _SLASH
+    + f"api{_SLASH}(?:v[0-9]{{1,2}}{_SLASH})?webhooks{_SLASH}[0-9]{{5,24}}{_SLASH}"
+    + r"(?P<secret3>[A-Za-z0-9_\-]{20,256}))"
+)
+# A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
+# keeps the scheme, user and host. A URL with a port and no ``@`` is left alone. Its
+# slashes too may be escaped (``postgresql:\/\/user:pass@host`` in JSON text).
+URL_PASSWORD = (
+    _URL_START
+    + r"[^\s/?#@:\"'<>\[\]]{0,128}:"
+    + NOT_REDACTED
+    + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)"
+)
+
+SHAPED: tuple[str, ...] = (
+    # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
+    # so the search for the END line stops at the next one (another BEGIN line) rather than
+    # reading its 20,000 characters from each of many BEGIN lines; a dash just before the
+    # END line is the body's (a diff that removes the key puts one before each line).
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
+    r"(?:[^-]|-(?!----)|-(?=-----END )){0,20000}?"
+    r"-----END (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----",
+    # ... and one whose END line is missing (output cut short); in JSON text (a call's
+    # arguments) its lines are joined by escapes (``\n``), read as the lines they stand for.
+    r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,3}PRIVATE KEY-----"
+    r"(?:[\sA-Za-z0-9+/=:,\-]|\\[nrt/]){0,20000}",
+    # Anthropic (before OpenAI: both start with ``sk-``).
+    r"sk-ant-(?<![\w-]sk-ant-)[A-Za-z0-9_\-]{20,300}",
+    # OpenAI: legacy sk-…, project sk-proj-…, service-account, admin keys.
+    r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,300}",
+    # Stripe secret and restricted keys.
+    r"(?<![\w-])[sr]k_(?:live|test)_[A-Za-z0-9]{10,200}",
+    # AWS access key ids (long-term and temporary).
+    r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+    # GitHub personal/OAuth/user/server/refresh tokens and fine-grained PATs.
+    r"gh(?<![\w-]gh)[pousr]_[A-Za-z0-9]{30,255}",
+    r"github_pat_(?<![\w-]github_pat_)[A-Za-z0-9_]{30,255}",
+    # Hugging Face, GitLab and npm access tokens.
+    r"hf_(?<![\w-]hf_)[A-Za-z0-9]{30,60}(?![A-Za-z0-9_])",
+    r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_\-]{20,64}",
+    r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9_])",
+    # Slack tokens.
+    r"xox(?<![\w-]xox)[baprs]-[A-Za-z0-9\-]{10,250}",
+    # Google API keys.
+    r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
+    # JSON Web Tokens (header.payload.signature, base64url).
+    r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
+    # Secrets that are a URL's path, and a URL's password.
+    URL_PATH,
+    URL_PASSWORD,
+    # A bearer token, an Authorization header's or any other: keep the scheme word, redact
+    # the credential.
+    r"(?i)bearer[ \t]{1,5}" + NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
+)
+"""Built-in patterns for secrets known by their shape, applied before the keyed ones, in
+order: a PEM block before any token its text may hold, Anthropic's ``sk-ant-`` before
+OpenAI's ``sk-``."""
