@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from proxy import requestlog
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
-from proxy.cascade.secret_urls import URL_PASSWORD
+from proxy.cascade.secret_tokens import URL_PASSWORD
 from proxy.credentials import CREDENTIAL_WORDS
 from proxy.store.dsn import redact_dsn
 
