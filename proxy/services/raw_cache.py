@@ -59,12 +59,13 @@ class Output:
 
 @dataclass(slots=True)
 class _Flight:
-    """One redaction under way and how many reads wait for it; ``dropped`` once every one
-    of them went away (the redaction cancelled: a page still queued is never made)."""
+    """One redaction under way, how many reads wait for it, and whether its page thread
+    began it (a queued one every reader left is cancelled, never made; a begun one runs to
+    its end anyway, so it stays for the next read of the key and version to join)."""
 
-    task: asyncio.Future[str]
+    task: asyncio.Future[str] = field(init=False)
     waiting: int = 0
-    dropped: bool = field(default=False)
+    begun: bool = False
 
 
 _FLIGHTS: dict[tuple[Key, str], _Flight] = {}
@@ -122,26 +123,34 @@ async def _redacted(key: Key, version: str, text: str, patterns: Sequence[re.Pat
     """``text`` (the key's at ``version``) redacted on a page thread (redacting up to
     rawCapBytes of text on the event loop would hold every other request until it is done:
     ``page_threads``), or the redaction of it already under way: one key and version read
-    the same text. The redaction is cancelled when every read waiting for it goes away."""
+    the same text. The redaction is cancelled when every read waiting for it goes away
+    before its page thread begins it."""
     at = (key, version)
     flight = _FLIGHTS.get(at)
-    if flight is None or flight.dropped:
-        task = asyncio.ensure_future(make_page(lambda: redact(text, patterns)[0]))
-        flight = _FLIGHTS[at] = _Flight(task)
-        task.add_done_callback(functools.partial(_landed, at, flight))
+    if flight is None:
+        flight = _FLIGHTS[at] = _Flight()
+        flight.task = asyncio.ensure_future(make_page(_begin, flight, text, patterns))
+        flight.task.add_done_callback(functools.partial(_landed, at, flight))
     flight.waiting += 1
     try:
         return await asyncio.shield(flight.task)
     finally:
         flight.waiting -= 1
-        if flight.waiting == 0 and not flight.task.done():
-            flight.dropped = True
+        if flight.waiting == 0 and not flight.begun and not flight.task.done():
+            del _FLIGHTS[at]
             flight.task.cancel()
 
 
-def _landed(at: tuple[Key, str], flight: _Flight, _: object) -> None:
+def _begin(flight: _Flight, text: str, patterns: Sequence[re.Pattern[str]]) -> str:
+    flight.begun = True  # on the page thread: from here the redaction runs to its end
+    return redact(text, patterns)[0]
+
+
+def _landed(at: tuple[Key, str], flight: _Flight, task: asyncio.Future[str]) -> None:
     if _FLIGHTS.get(at) is flight:
         del _FLIGHTS[at]
+    if not task.cancelled():
+        task.exception()  # retrieved: it reached every read waiting, if any was left
 
 
 def _keep(key: Key, version: str, out: Output) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +43,44 @@ __all__ = [
 ]
 
 ON_LOOP_CHARS = 65_536
-"""The longest text whose hash :func:`hashes_to` writes on the event loop: a longer one is
-hashed on a thread, where a tool result of megabytes (its canonical form written, then its
-SHA-256) would hold every stream on the replica for as long as it takes."""
+"""The most characters of text a message may hold for :func:`hashes_to` to hash it on the
+event loop: a longer one is hashed on a thread, where a tool result of megabytes (its
+canonical form written, then its SHA-256) would hold every stream on the replica for as long
+as it takes."""
+
+_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-hash")
+"""Not the loop's default executor: a turn's query embedding (under the turn's retrieval
+timeout) and DNS lookups run there, and a burst of pinned reads of long results would queue
+ahead of them. The hash takes the interpreter's lock while it writes the canonical form, so
+more threads would make none faster."""
 
 
 async def hashes_to(prevs: Sequence[str], msg: Mapping[str, Any], target: str) -> bool:
     """``hashes_after(prevs, msg, target)``: whether ``msg`` continues one of ``prevs`` to
-    ``target``. A message whose text is past :data:`ON_LOOP_CHARS` is hashed on a thread
-    (``asyncio.to_thread``), the loop free meanwhile; a short one on the loop, where the
-    hop to a thread would cost more than the hash."""
-    if len(content_text(msg.get("content"))) <= ON_LOOP_CHARS:
+    ``target``. A message with more than :data:`ON_LOOP_CHARS` of text in any field (a
+    result's content, a call's arguments) is hashed on a hash thread, the loop free
+    meanwhile; a short one on the loop, where the hop to a thread would cost more."""
+    if not _longer(msg, ON_LOOP_CHARS):
         return hashes_after(prevs, msg, target)
-    return await asyncio.to_thread(hashes_after, prevs, msg, target)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_THREADS, hashes_after, prevs, msg, target)
+
+
+def _longer(value: Any, limit: int) -> bool:
+    """Whether the strings in ``value`` (nested lists and mappings) hold more than ``limit``
+    characters together; counted without joining or copying them, stopping once past."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            limit -= len(v)
+            if limit < 0:
+                return True
+        elif isinstance(v, Mapping):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return False
 
 
 # An evicted row keeps its body beside the placeholder (migration 0008): ``message``.

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.cascade.redaction import redact
-from proxy.services import raw_cache
+from proxy.services import page_threads, raw_cache
 from tests.unit.raw_reads import stub_reads
 
 PATTERNS = (re.compile("secret"),)
@@ -86,13 +86,85 @@ async def test_a_reader_gone_leaves_the_redaction_to_the_other(slow: Slow) -> No
     assert slow.calls == 1 and first.cancelled()
 
 
-async def test_a_redaction_every_reader_left_is_not_waited_for(slow: Slow) -> None:
+async def test_a_begun_redaction_every_reader_left_is_joined_by_the_next_read(
+    slow: Slow,
+) -> None:
+    # the page thread cannot be stopped: a client that gives up and asks again waits for it
     first = _read()
     await _until(lambda: slow.calls == 1)
     first.cancel()
-    await asyncio.sleep(0)
-    later = _read()  # not the dropped redaction: its own
-    await _until(lambda: slow.calls == 2)
+    await asyncio.sleep(0.01)
+    later = _read()
+    await asyncio.sleep(0.01)
     slow.go.set()
     assert (await later).content == "a [REDACTED] here"
-    assert first.cancelled()
+    assert slow.calls == 1 and first.cancelled()
+    assert not raw_cache._FLIGHTS
+
+
+@pytest.fixture
+def busy() -> Iterator[threading.Event]:
+    """Both page threads held until the event is set: a redaction asked meanwhile is queued."""
+    free = threading.Event()
+    held = [page_threads._THREADS.submit(free.wait, 5) for _ in range(2)]
+    yield free
+    free.set()
+    for h in held:
+        h.result(5)
+
+
+async def test_queued_redactions_every_reader_left_are_never_made(
+    slow: Slow, busy: threading.Event
+) -> None:
+    reads = [_read() for _ in range(50)]
+    await asyncio.sleep(0.01)
+    for r in reads:
+        r.cancel()
+    await asyncio.gather(*reads, return_exceptions=True)
+    assert not raw_cache._FLIGHTS
+    busy.set()
+    slow.go.set()
+    await asyncio.sleep(0.05)
+    assert slow.calls == 0
+
+
+async def test_a_redactions_error_reaches_every_reader_and_leaves_no_flight(
+    slow: Slow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails(text: str, patterns: Any) -> tuple[str, int]:
+        slow.calls += 1
+        assert slow.go.wait(5)
+        raise ValueError("no")
+
+    monkeypatch.setattr(raw_cache, "redact", fails)
+    reads = [_read() for _ in range(3)]
+    await _until(lambda: slow.calls == 1)
+    await asyncio.sleep(0.01)
+    slow.go.set()
+    outs = await asyncio.gather(*reads, return_exceptions=True)
+    assert [type(o) for o in outs] == [ValueError] * 3 and slow.calls == 1
+    assert not raw_cache._FLIGHTS
+
+
+async def test_tenants_never_share_a_redaction(slow: Slow, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fetch(conn: Any, **where: Any) -> dict[str, Any]:
+        text = f"secret of {where['tenant']}"
+        return {"content": text, "original_bytes": len(text), "capped": False}
+
+    async def version(conn: Any, **where: Any) -> str:
+        return "v1"
+
+    stub_reads(monkeypatch, fetch, version)
+    a, b = (
+        asyncio.create_task(
+            raw_cache.read_output(
+                None, tenant=t, session_id="s", tool_call_id="c", patterns=PATTERNS
+            )
+        )
+        for t in ("A", "B")
+    )
+    await asyncio.sleep(0.01)
+    slow.go.set()
+    outs = await asyncio.gather(a, b)
+    assert [o.content for o in outs] == ["[REDACTED] of A", "[REDACTED] of B"]
+    assert slow.calls == 2
