@@ -39,6 +39,16 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
+def tool_history(content: str) -> list[dict[str, Any]]:
+    """A user's message, an assistant's call ``c1`` and its result ``content``."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return [
+        user("look"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": content},
+    ]
+
+
 def rows_for(history: list[dict[str, Any]], start: int = 0) -> list[msgs.NewMessage]:
     hashes = chain(history)
     return [

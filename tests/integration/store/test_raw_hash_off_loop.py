@@ -13,25 +13,16 @@ import pytest
 from proxy import history
 from proxy.cascade.redaction import compile_patterns
 from proxy.services import raw_cache, toolloop
-from tests.integration.store.helpers import S, T, insert_messages, rows_for, user
+from tests.integration.store.helpers import S, T, insert_messages, rows_for, tool_history
 
 TEXT = "".join(f"{i:06d} whole result line\n" for i in range(20_000))  # 500,000 characters
-
-
-def _history(content: str) -> list[dict[str, Any]]:
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    return [
-        user("look"),
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": content},
-    ]
 
 
 @pytest.mark.parametrize("handle", ["c1@2", "c1"])
 async def test_a_long_results_hash_lets_the_loop_run(
     conn: Any, handle: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history(TEXT)))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(tool_history(TEXT)))
     raw_cache.clear()
     started, progressed = threading.Event(), threading.Event()
     waited: list[bool] = []
@@ -70,7 +61,7 @@ async def test_a_short_results_hash_stays_on_the_loop(
     conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the hop to a thread costs more than a short text's hash
-    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history("short")))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(tool_history("short")))
     threads: list[bool] = []
 
     def canonical(msg: Any, levels: int | None = None) -> bytes:

@@ -25,7 +25,7 @@ from tests.integration.store.helpers import (
     create_session,
     insert_messages,
     rows_for,
-    user,
+    tool_history,
 )
 
 PATTERNS = compile_patterns(())
@@ -40,19 +40,10 @@ def _fresh() -> Iterator[None]:
     raw_cache.clear()
 
 
-def _history(content: str) -> list[dict[str, Any]]:
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    return [
-        user("look"),
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": content},
-    ]
-
-
 async def _spill(conn: Any, text: str) -> None:
     """The result cut at ingestion (its row holds the cut), its whole text spilled."""
-    rows = rows_for(_history(text))
-    rows[2] = replace(rows[2], message=_history(text[:50] + " [cut]")[2])
+    rows = rows_for(tool_history(text))
+    rows[2] = replace(rows[2], message=tool_history(text[:50] + " [cut]")[2])
     await insert_messages(conn, tenant=T, session_id=S, rows=rows)
     await _respill(conn, text)
 
@@ -175,7 +166,7 @@ async def test_a_custom_pattern_changed_by_a_reload_reads_anew(conn: Any) -> Non
 
 async def test_a_pinned_handles_later_page_fetches_only_the_version(conn: Any) -> None:
     text = "".join(f"{i:06d} whole result line\n" for i in range(8000))
-    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history(text)))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(tool_history(text)))
     await _page(conn, 0, handle="c1@2")
     counting = Counting(conn)
     page = await _page(counting, 5000, handle="c1@2")
@@ -186,7 +177,7 @@ async def test_a_pinned_handles_later_page_fetches_only_the_version(conn: Any) -
 async def test_a_truncation_event_under_a_superseded_result_is_read_anew(conn: Any) -> None:
     # A superseded row is judged whole by the context.truncated events under its id
     # (test_raw_output_whole.py): one written since the text was kept makes it no result.
-    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history("whole " * 500)))
+    await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(tool_history("whole " * 500)))
     await msgs.supersede_from(conn, tenant=T, session_id=S, from_pos=1)
     assert "whole" in await _page(conn, 0)
     await conn.execute(
@@ -206,12 +197,12 @@ async def test_a_truncation_event_under_a_superseded_result_is_read_anew(conn: A
 async def test_an_evicted_body_and_a_spill_with_nuls_page_as_before(conn: Any, kept: str) -> None:
     text = "".join(f"{i:05d}\x00 binary-ish \uffff line\n" for i in range(3000))
     if kept == "spilled":
-        rows = rows_for(_history(text))
-        rows[2] = replace(rows[2], message=_history(text[:50] + " [cut]")[2])
+        rows = rows_for(tool_history(text))
+        rows[2] = replace(rows[2], message=tool_history(text[:50] + " [cut]")[2])
         await insert_messages(conn, tenant=T, session_id=S, rows=rows)
         await _respill(conn, nul.encode(text))
     else:
-        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history(text)))
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(tool_history(text)))
         await conn.execute(
             "UPDATE messages SET placeholder = $3, evicted_at = now()"
             " WHERE tenant = $1 AND session_id = $2 AND pos = 2",
@@ -232,7 +223,8 @@ async def test_a_row_updated_in_the_reads_own_transaction_is_read_anew(conn: Any
     # it (and a row it writes again keeps its key): the version names where each row
     # version lies (ctid) too.
     async with conn.transaction():
-        await insert_messages(conn, tenant=T, session_id=S, rows=rows_for(_history("whole " * 500)))
+        rows = rows_for(tool_history("whole " * 500))
+        await insert_messages(conn, tenant=T, session_id=S, rows=rows)
         assert "whole" in await _page(conn, 0)
         await conn.execute(
             "UPDATE messages SET redacted = true WHERE tenant = $1 AND session_id = $2 AND pos = 2",
