@@ -46,9 +46,8 @@ async def test_a_long_hash_does_not_queue_on_the_default_executor() -> None:
     ],
     ids=["tool-call-arguments", "content-parts"],
 )
-async def test_a_long_text_anywhere_in_the_message_is_hashed_off_the_loop(
-    msg: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each hash ``client_form`` makes runs on the main thread, in order."""
     on_main: list[bool] = []
     write = client_form.hashes_after
 
@@ -57,20 +56,20 @@ async def test_a_long_text_anywhere_in_the_message_is_hashed_off_the_loop(
         return write(prevs, m, target)
 
     monkeypatch.setattr(client_form, "hashes_after", hashes_after)
+    return on_main
+
+
+async def test_a_long_text_anywhere_in_the_message_is_hashed_off_the_loop(
+    msg: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_main = _threads(monkeypatch)
     assert await client_form.hashes_to(["p"], msg, chain_hash("p", msg))
     assert not await client_form.hashes_to(["p"], msg, chain_hash("q", msg))
     assert on_main == [False, False]
 
 
 async def test_a_short_message_is_hashed_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    on_main: list[bool] = []
-    write = client_form.hashes_after
-
-    def hashes_after(prevs: Any, m: Any, target: str) -> bool:
-        on_main.append(threading.current_thread() is threading.main_thread())
-        return write(prevs, m, target)
-
-    monkeypatch.setattr(client_form, "hashes_after", hashes_after)
+    on_main = _threads(monkeypatch)
     msg = _call("{}") | {"content": [{"type": "text", "text": "short"}]}
     assert await client_form.hashes_to(["p"], msg, chain_hash("p", msg))
     assert on_main == [True]
