@@ -38,14 +38,6 @@ async def test_a_long_hash_does_not_queue_on_the_default_executor() -> None:
     assert ok
 
 
-@pytest.mark.parametrize(
-    "msg",
-    [
-        _call(LONG),
-        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": LONG}]},
-    ],
-    ids=["tool-call-arguments", "content-parts"],
-)
 def _threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each hash ``client_form`` makes runs on the main thread, in order."""
     on_main: list[bool] = []
@@ -59,6 +51,14 @@ def _threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return on_main
 
 
+@pytest.mark.parametrize(
+    "msg",
+    [
+        _call(LONG),
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": LONG}]},
+    ],
+    ids=["tool-call-arguments", "content-parts"],
+)
 async def test_a_long_text_anywhere_in_the_message_is_hashed_off_the_loop(
     msg: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
