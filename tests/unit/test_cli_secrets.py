@@ -34,6 +34,11 @@ _PASSWORD = "dbpassw0rd"
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
         ["migrate", "--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "--bogus"],
+        ["sessions", "ls", f"-uadmin:{_PASSWORD}"],  # a short option's value in its token
+        ["--json", _KEY, "sessions", "ls"],  # after a flag, read as the command's name
+        ["sessions", "--json", _KEY, "ls"],  # and as the action's
+        ["sessions", "ls", "--", _KEY],  # after "--": an argument, no option's value
+        ["sessions", "ls", "--rate-limit-key", _KEY],  # a count's word, but no count given
     ],
 )
 @pytest.mark.parametrize("fmt", ["text", "json"])
