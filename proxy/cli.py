@@ -100,7 +100,7 @@ class _Parser(argparse.ArgumentParser):
             message, self.given, self.names, self.options
         )
         if message.startswith("argument COMMAND: invalid choice"):  # none refused in turn
-            hint = "" if unplaced else usage.valued_before(self, self.given, self.names)
+            hint = "" if unplaced else usage.valued_before(self, self.given)
         message = usage.unquoted_secrets(message, self.given, self.names, unplaced)
         if hint:
             from proxy.logs import masked  # an error's path alone: loads light

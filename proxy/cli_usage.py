@@ -68,22 +68,20 @@ def _all_known(tokens: Sequence[str], known: dict[str, argparse.Action]) -> bool
     return True
 
 
-def valued_before(
-    top: argparse.ArgumentParser, given: Sequence[str], names: Collection[str] = ()
-) -> str:
+def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
     """The hint for a command's option with a value given before the command's name
     (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
     its value as the command's name, an invalid choice. The options go after the rest,
     where the action takes them; none for a rest that ends its options with ``--``, nor for
     an option that command or action does not take, which would be refused in turn."""
-    names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
-    at = next((i for i, token in enumerate(given) if token in names), 0)
+    commands = _subcommands(top)[0].choices
+    at = next((i for i, token in enumerate(given) if token in commands), 0)
     if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
         return ""
     known = _named_parser(top, given[at:])._option_string_actions
     if any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
         return ""
-    shown = shown_tokens(given, names)
+    shown = shown_tokens(given, commands)
     moved = _join([*shown[at:], *shown[:at]])
     return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
 
@@ -261,20 +259,26 @@ def _join(tokens: Sequence[str]) -> str:
     )
 
 
+def _tree(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and each parser down its subcommands."""
+    return [
+        parser,
+        *(p for a in _subcommands(parser) for c in a.choices.values() for p in _tree(c)),
+    ]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction[Any]]:
+    return [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+
+
 def names(parser: argparse.ArgumentParser) -> frozenset[str]:
     """The name of each command and action ``parser`` takes, down its subcommands."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    found = {name for a in subs for name in a.choices}
-    return frozenset(found).union(*(names(p) for a in subs for p in a.choices.values()))
+    return frozenset(name for p in _tree(parser) for a in _subcommands(p) for name in a.choices)
 
 
 def options(parser: argparse.ArgumentParser) -> dict[str, bool]:
     """Each option ``parser`` takes, down its subcommands, and whether it takes a value."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    found = {o: a.nargs != 0 for a in parser._actions for o in a.option_strings}
-    for p in (p for a in subs for p in a.choices.values()):
-        found.update(options(p))
-    return found
+    return {o: a.nargs != 0 for p in _tree(parser) for a in p._actions for o in a.option_strings}
 
 
 def _takes_value(token: str, options: dict[str, bool]) -> bool:
