@@ -180,13 +180,18 @@ def unmarked(
     return tuple(found)
 
 
+_WORD_MOST = 16
+"""The longest lower-case word quoted as a mistyped command's name (``suggestions`` is 11)."""
+
+
 def unnamed_choice(
     message: str, given: Sequence[str], names: Collection[str], flags: dict[str, bool]
 ) -> tuple[str, ...]:
     """The argument argparse's ``invalid choice`` quotes (``cascade-proxy K sessions ls``: a
-    key given without its option, read as the command's name) when it is neither a word in
-    lower case nor close to a command's name: a mistyped command (``sesions``, ``run``) stays
-    readable, and what looks like no command at all, which may be a key, is not quoted; an
+    key given without its option, read as the command's name) when it is neither a short word
+    in lower case nor close to a command's name: a mistyped command (``sesions``, ``run``)
+    stays readable, and what looks like no command at all, which may be a key (a passphrase
+    of lower-case words is longer than any command's name), is not quoted; an
     option's value (``--keyfile k.pem``) is marked by the option's name, but a flag of
     ``flags`` (:func:`options`: ``--json K sessions ls``) takes none."""
     if "invalid choice: " not in message:
@@ -195,7 +200,8 @@ def unnamed_choice(
         valued = i > 0 and _takes_value(given[i - 1], flags)
         if token.startswith("-") or token in names or repr(token) not in message or valued:
             continue
-        if re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token) or difflib.get_close_matches(token, names):
+        word = len(token) <= _WORD_MOST and re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token)
+        if word or difflib.get_close_matches(token, names):
             return ()
         return (token,)
     return ()

@@ -130,3 +130,23 @@ def test_a_usage_error_masks_nothing_that_holds_no_secret(
     with pytest.raises(SystemExit):
         main(argv)
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["correct-horse-battery-staple", "sessions", "ls"],  # a passphrase: lower-case words
+        ["sessions", "correcthorsebatterystaple", "ls"],
+        ["--json", "correcthorsebatterystaple", "sessions", "ls"],
+    ],
+)
+def test_a_long_lower_case_argument_read_as_a_command_is_not_quoted(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped command is a short word (``run``, ``list``: still quoted); one longer than
+    any command's name may be a passphrase given without its option."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert "horse" not in err and "invalid choice: '***'" in err, err
