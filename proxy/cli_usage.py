@@ -134,15 +134,19 @@ def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str
     the value given to an option holding one (``--api-key``, its prefixes argparse takes,
     ``--a`` too, ``--api-kye``, any short option: none but ``-h`` is cascade-proxy's, and
     another command's habit may hold a credential, curl's ``-u user:password``), in the
-    option's token (``--api-key=K``, a short option's ``-uuser:password`` whole) or the next
+    option's token (``--api-key=K``, a short option's ``-uuser:password`` whole, but not a
+    long option's name given with one dash, ``-json``, ``-api-key K``) or the next
     one, which is no long option (a key may start with ``-``) and no command's name
     (``--api-key sessions ls``, the key in the environment); and the token after an
     authorization scheme given as the value (``--api-key Bearer K``)."""
     found: dict[int, list[str]] = {}
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
-        if re.match(r"-[^\W\d_]", token) and len(name) > 2 and token[:2] != "-h":
-            name, eq, value = token[:2], "=", token  # -uuser:password (curl's), masked whole
+        if re.match(r"-[^\W\d_]", name) and len(name) > 2:  # one dash, more than a letter
+            if _SECRET_OPTION.match(f"-{name}") or _near("--api-key", f"-{name}"):
+                name = f"-{name}"  # -api-key K: a long option's name with one dash
+            elif not re.fullmatch(r"-[a-z]+(?:-[a-z]+)*", name) and not eq:
+                name, eq, value = token[:2], "=", token  # -uuser:password (curl's), whole
         at = i  # the token holding the value
         if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
             at, value = i + 1, "" if given[i + 1] in names else given[i + 1]

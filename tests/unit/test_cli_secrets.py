@@ -38,7 +38,9 @@ _PASSWORD = "dbpassw0rd"
         ["--json", _KEY, "sessions", "ls"],  # after a flag, read as the command's name
         ["sessions", "--json", _KEY, "ls"],  # and as the action's
         ["sessions", "ls", "--", _KEY],  # after "--": an argument, no option's value
-        ["sessions", "ls", "--rate-limit-key", _KEY],  # a count's word, but no count given
+        ["sessions", "ls", "--rate-limit-key", _KEY],
+        ["sessions", "ls", "-api-key", _KEY],  # a long option's name with one dash
+        ["-api-key", _KEY, "sessions", "ls"],  # a count's word, but no count given
     ],
 )
 @pytest.mark.parametrize("fmt", ["text", "json"])
