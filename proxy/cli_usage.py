@@ -145,7 +145,7 @@ def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str
         if re.match(r"-[^\W\d_]", name) and len(name) > 2:  # one dash, more than a letter
             if _SECRET_OPTION.match(f"-{name}") or _near("--api-key", f"-{name}"):
                 name = f"-{name}"  # -api-key K: a long option's name with one dash
-            elif not re.fullmatch(r"-[a-z]+(?:-[a-z]+)*", name) and not eq:
+            elif not re.fullmatch(r"-[a-z]+(?:-[a-z]+)*", name):
                 name, eq, value = token[:2], "=", token  # -uuser:password (curl's), whole
         at = i  # the token holding the value
         if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):

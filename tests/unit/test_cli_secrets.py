@@ -39,6 +39,7 @@ _PASSWORD = "dbpassw0rd"
         ["sessions", "--json", _KEY, "ls"],  # and as the action's
         ["sessions", "ls", "--", _KEY],  # after "--": an argument, no option's value
         ["sessions", "ls", "--rate-limit-key", _KEY],
+        ["sessions", "ls", f"-u{_PASSWORD}=="],  # base64's padding: no option's "="
         ["sessions", "ls", "-api-key", _KEY],  # a long option's name with one dash
         ["-api-key", _KEY, "sessions", "ls"],  # a count's word, but no count given
     ],
