@@ -169,7 +169,8 @@ def unmarked(
     """The arguments of ``extra`` (those no parser took) that nothing marks as what they
     are: not an option, nor the value after an option the command does not know (``--bogus
     value``: the option's name says what it holds; after a ``known`` one, ``--json K``, it
-    is none), nor a number or a command's name; after ``--`` none is an option or its
+    is none), nor a number, a short lower-case word (:func:`_word`) or a command's name;
+    after ``--`` none is an option or its
     value. One may be a key given without its option (``sessions ls K``, ``ls -- K``), which
     no shape gives away: it is never quoted."""
     end = extra.index("--") if "--" in extra else len(extra)
@@ -177,7 +178,7 @@ def unmarked(
     for i, token in enumerate(extra):
         before = extra[i - 1] if 0 < i < end else ""
         after_option = before.startswith("-") and "=" not in before and before not in known
-        plain = token in names or re.fullmatch(r"-?\d+", token) or i == end
+        plain = token in names or re.fullmatch(r"-?\d+", token) or _word(token) or i == end
         option = token.startswith("-") and i < end
         if not option and not after_option and not plain and len(token) >= 3:
             found.append(token)
@@ -185,7 +186,13 @@ def unmarked(
 
 
 _WORD_MOST = 16
-"""The longest lower-case word quoted as a mistyped command's name (``suggestions`` is 11)."""
+"""The longest lower-case word quoted as a mistyped name (``suggestions`` is 11)."""
+
+
+def _word(token: str) -> bool:
+    """Whether ``token`` is a short word in lower case (``list``, ``all``, a fact's word left
+    unquoted): a mistyped name or text, quoted; a passphrase's words are longer together."""
+    return len(token) <= _WORD_MOST and re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token) is not None
 
 
 def unnamed_choice(
@@ -204,8 +211,7 @@ def unnamed_choice(
         valued = i > 0 and _takes_value(given[i - 1], flags)
         if token.startswith("-") or token in names or repr(token) not in message or valued:
             continue
-        word = len(token) <= _WORD_MOST and re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token)
-        if word or difflib.get_close_matches(token, names):
+        if _word(token) or difflib.get_close_matches(token, names):
             return ()
         return (token,)
     return ()
