@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Parser.hint, _Parser.unplaced = "", ()  # an earlier call's, in one process (tests)
     try:
         parser = _parser()
-        _Parser.names = usage.names(parser)
+        _Parser.names, _Parser.options = usage.names(parser), usage.options(parser)
         args, extra = parser.parse_known_args(argv)
         if extra:  # said by the command's parser, with its usage, not by the top one's
             command = usage.command_parser(parser, args)
@@ -86,6 +86,8 @@ class _Parser(argparse.ArgumentParser):
     """The command line ``main`` reads, whose secrets an error masks."""
     names: frozenset[str] = frozenset()
     """Each command's and action's name, which no secret option's value is taken as."""
+    options: dict[str, bool] = {}
+    """Each option of the commands, and whether it takes a value (``--json`` does not)."""
     unplaced: tuple[str, ...] = ()
     """The arguments no parser took that nothing marks as what they are, masked too."""
     hint: str = ""
@@ -93,10 +95,12 @@ class _Parser(argparse.ArgumentParser):
     after the message's masking, which would take a word of it for a key equal to it."""
 
     def error(self, message: str) -> NoReturn:
-        hint, unplaced = self.hint, self.unplaced
-        if message.startswith("argument COMMAND: invalid choice"):
-            hint = usage.valued_before(self, self.given, self.names)
-        unplaced += usage.unnamed_choice(message, self.given, self.names)
+        hint = self.hint
+        unplaced = self.unplaced + usage.unnamed_choice(
+            message, self.given, self.names, self.options
+        )
+        if message.startswith("argument COMMAND: invalid choice"):  # none refused in turn
+            hint = "" if unplaced else usage.valued_before(self, self.given)
         message = usage.unquoted_secrets(message, self.given, self.names, unplaced)
         if hint:
             from proxy.logs import masked  # an error's path alone: loads light

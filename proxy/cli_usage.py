@@ -19,6 +19,7 @@ __all__ = [
     "command_parser",
     "misplaced",
     "names",
+    "options",
     "shown_tokens",
     "unmarked",
     "unnamed_choice",
@@ -67,22 +68,20 @@ def _all_known(tokens: Sequence[str], known: dict[str, argparse.Action]) -> bool
     return True
 
 
-def valued_before(
-    top: argparse.ArgumentParser, given: Sequence[str], names: Collection[str] = ()
-) -> str:
+def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
     """The hint for a command's option with a value given before the command's name
     (``cascade-proxy --url U sessions ls``): the top parser takes no such option and reads
     its value as the command's name, an invalid choice. The options go after the rest,
     where the action takes them; none for a rest that ends its options with ``--``, nor for
     an option that command or action does not take, which would be refused in turn."""
-    names = next(a.choices for a in top._actions if isinstance(a, argparse._SubParsersAction))
-    at = next((i for i, token in enumerate(given) if token in names), 0)
+    commands = _subcommands(top)[0].choices
+    at = next((i for i, token in enumerate(given) if token in commands), 0)
     if at == 0 or not given[0].startswith("-") or "--" in given[at:]:
         return ""
     known = _named_parser(top, given[at:])._option_string_actions
     if any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
         return ""
-    shown = shown_tokens(given, names)
+    shown = shown_tokens(given, commands)
     moved = _join([*shown[at:], *shown[:at]])
     return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
 
@@ -110,7 +109,8 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 # credentials.CREDENTIAL_WORDS), given or mistyped: its value is never quoted. The word ends
 # the name (--db-password, --oauth, --credentials), so a value that is none (--tokenizer,
 # --passes, --keyfile: the mistake is the option) stays readable, and so does a count's
-# (--max-tokens, --num-keys): a word of _COUNTS in the name says the value is a number.
+# (--max-tokens 500, --num-keys 120): a word of _COUNTS in the name and a number given; any
+# other value of such an option (--token-limit K) is masked, as the word may be the key's.
 _SECRET_OPTION = re.compile(
     r"--[\w-]*(?:key|token|secret|pass|cred|auth)(?:word|wd|phrase|entials?|orization)?s?$",
     re.IGNORECASE,
@@ -123,9 +123,10 @@ _SCHEMES = ("bearer", "basic", "token")
 MASK = "***"
 
 
-def _secret_option(name: str) -> bool:
+def _secret_option(name: str, value: str) -> bool:
     words = set(re.split(r"[-_]+", name.lstrip("-").lower()))
-    return bool(_SECRET_OPTION.match(name)) and not words & _COUNTS
+    count = bool(words & _COUNTS) and re.fullmatch(r"-?\d+", value) is not None
+    return bool(_SECRET_OPTION.match(name)) and not count
 
 
 def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str]]:
@@ -133,19 +134,25 @@ def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str
     the value given to an option holding one (``--api-key``, its prefixes argparse takes,
     ``--a`` too, ``--api-kye``, any short option: none but ``-h`` is cascade-proxy's, and
     another command's habit may hold a credential, curl's ``-u user:password``), in the
-    option's token (``--api-key=K``) or the next one, which is no long option (a key may
-    start with ``-``) and no command's name (``--api-key sessions ls``, the key in the
-    environment); and the token after an authorization scheme given as the value
-    (``--api-key Bearer K``)."""
+    option's token (``--api-key=K``, a short option's ``-uuser:password`` whole, but not a
+    long option's name given with one dash, ``-json``, ``-api-key K``) or the next
+    one, which is no long option (a key may start with ``-``) and no command's name
+    (``--api-key sessions ls``, the key in the environment); and the token after an
+    authorization scheme given as the value (``--api-key Bearer K``)."""
     found: dict[int, list[str]] = {}
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
-        short = len(name) == 2 and name[0] == "-" and name[1].isalpha() and name != "-h"
-        if not (short or _secret_option(name) or _near("--api-key", name)):
-            continue
+        if re.match(r"-[^\W\d_]", name) and len(name) > 2:  # one dash, more than a letter
+            if _SECRET_OPTION.match(f"-{name}") or _near("--api-key", f"-{name}"):
+                name = f"-{name}"  # -api-key K: a long option's name with one dash
+            elif not re.fullmatch(r"-[a-z]+(?:-[a-z]+)*", name):
+                name, eq, value = token[:2], "=", token  # -uuser:password (curl's), whole
         at = i  # the token holding the value
         if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
             at, value = i + 1, "" if given[i + 1] in names else given[i + 1]
+        short = len(name) == 2 and name[0] == "-" and name[1].isalpha() and name != "-h"
+        if not (short or _secret_option(name, value) or _near("--api-key", name)):
+            continue
         scheme, blank, rest = value.partition(" ")
         if blank and scheme.lower() in _SCHEMES and rest.strip():  # "Bearer K" as one token
             value = rest
@@ -162,31 +169,49 @@ def unmarked(
     """The arguments of ``extra`` (those no parser took) that nothing marks as what they
     are: not an option, nor the value after an option the command does not know (``--bogus
     value``: the option's name says what it holds; after a ``known`` one, ``--json K``, it
-    is none), nor a number or a command's name. One may be a key given without its option
-    (``sessions ls K``), which no shape gives away: it is never quoted."""
+    is none), nor a number, a short lower-case word (:func:`_word`) or a command's name;
+    after ``--`` none is an option or its
+    value. One may be a key given without its option (``sessions ls K``, ``ls -- K``), which
+    no shape gives away: it is never quoted."""
+    end = extra.index("--") if "--" in extra else len(extra)
     found = []
     for i, token in enumerate(extra):
-        before = extra[i - 1] if i else ""
+        before = extra[i - 1] if 0 < i < end else ""
         after_option = before.startswith("-") and "=" not in before and before not in known
-        plain = token in names or re.fullmatch(r"-?\d+", token)
-        if not token.startswith("-") and not after_option and not plain and len(token) >= 3:
+        plain = token in names or re.fullmatch(r"-?\d+", token) or _word(token) or i == end
+        option = token.startswith("-") and i < end
+        if not option and not after_option and not plain and len(token) >= 3:
             found.append(token)
     return tuple(found)
 
 
-def unnamed_choice(message: str, given: Sequence[str], names: Collection[str]) -> tuple[str, ...]:
+_WORD_MOST = 16
+"""The longest lower-case word quoted as a mistyped name (``suggestions`` is 11)."""
+
+
+def _word(token: str) -> bool:
+    """Whether ``token`` is a short word in lower case (``list``, ``all``, a fact's word left
+    unquoted): a mistyped name or text, quoted; a passphrase's words are longer together."""
+    return len(token) <= _WORD_MOST and re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token) is not None
+
+
+def unnamed_choice(
+    message: str, given: Sequence[str], names: Collection[str], flags: dict[str, bool]
+) -> tuple[str, ...]:
     """The argument argparse's ``invalid choice`` quotes (``cascade-proxy K sessions ls``: a
-    key given without its option, read as the command's name) when it is neither a word in
-    lower case nor close to a command's name: a mistyped command (``sesions``, ``run``) stays
-    readable, and what looks like no command at all, which may be a key, is not quoted; an
-    option's value (``--keyfile k.pem``) is marked by the option's name."""
+    key given without its option, read as the command's name) when it is neither a short word
+    in lower case nor close to a command's name: a mistyped command (``sesions``, ``run``)
+    stays readable, and what looks like no command at all, which may be a key (a passphrase
+    of lower-case words is longer than any command's name), is not quoted; an
+    option's value (``--keyfile k.pem``) is marked by the option's name, but a flag of
+    ``flags`` (:func:`options`: ``--json K sessions ls``) takes none."""
     if "invalid choice: " not in message:
         return ()
     for i, token in enumerate(given):
-        valued = i > 0 and given[i - 1].startswith("-") and "=" not in given[i - 1]
+        valued = i > 0 and _takes_value(given[i - 1], flags)
         if token.startswith("-") or token in names or repr(token) not in message or valued:
             continue
-        if re.fullmatch(r"[a-z]+(?:-[a-z]+)*", token) or difflib.get_close_matches(token, names):
+        if _word(token) or difflib.get_close_matches(token, names):
             return ()
         return (token,)
     return ()
@@ -250,11 +275,36 @@ def _join(tokens: Sequence[str]) -> str:
     )
 
 
+def _tree(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and each parser down its subcommands."""
+    return [
+        parser,
+        *(p for a in _subcommands(parser) for c in a.choices.values() for p in _tree(c)),
+    ]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction[Any]]:
+    return [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+
+
 def names(parser: argparse.ArgumentParser) -> frozenset[str]:
     """The name of each command and action ``parser`` takes, down its subcommands."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    found = {name for a in subs for name in a.choices}
-    return frozenset(found).union(*(names(p) for a in subs for p in a.choices.values()))
+    return frozenset(name for p in _tree(parser) for a in _subcommands(p) for name in a.choices)
+
+
+def options(parser: argparse.ArgumentParser) -> dict[str, bool]:
+    """Each option ``parser`` takes, down its subcommands, and whether it takes a value."""
+    return {o: a.nargs != 0 for p in _tree(parser) for a in p._actions for o in a.option_strings}
+
+
+def _takes_value(token: str, options: dict[str, bool]) -> bool:
+    """Whether the option ``token`` reads the next token as its value: one no command has
+    may (``--keyfile k.pem``), a flag does not (``--json``, or a prefix argparse would take
+    for flags alone, ``--js``)."""
+    if not token.startswith("-") or "=" in token:
+        return False
+    taken = [v for o, v in options.items() if o.startswith(token)] if len(token) > 2 else []
+    return options.get(token, any(taken) or not taken)
 
 
 def _quoted(value: str) -> set[str]:

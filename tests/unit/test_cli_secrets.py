@@ -34,6 +34,14 @@ _PASSWORD = "dbpassw0rd"
         ["--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "migrate"],
         ["--url", f"http://admin:{_PASSWORD}@127.0.0.1:8080", "sessions", "ls"],
         ["migrate", "--database-url", f"postgresql://cascade:{_PASSWORD}@db/cascade", "--bogus"],
+        ["sessions", "ls", f"-uadmin:{_PASSWORD}"],  # a short option's value in its token
+        ["--json", _KEY, "sessions", "ls"],  # after a flag, read as the command's name
+        ["sessions", "--json", _KEY, "ls"],  # and as the action's
+        ["sessions", "ls", "--", _KEY],  # after "--": an argument, no option's value
+        ["sessions", "ls", "--rate-limit-key", _KEY],
+        ["sessions", "ls", f"-u{_PASSWORD}=="],  # base64's padding: no option's "="
+        ["sessions", "ls", "-api-key", _KEY],  # a long option's name with one dash
+        ["-api-key", _KEY, "sessions", "ls"],  # a count's word, but no count given
     ],
 )
 @pytest.mark.parametrize("fmt", ["text", "json"])
@@ -125,3 +133,23 @@ def test_a_usage_error_masks_nothing_that_holds_no_secret(
     with pytest.raises(SystemExit):
         main(argv)
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["correct-horse-battery-staple", "sessions", "ls"],  # a passphrase: lower-case words
+        ["sessions", "correcthorsebatterystaple", "ls"],
+        ["--json", "correcthorsebatterystaple", "sessions", "ls"],
+    ],
+)
+def test_a_long_lower_case_argument_read_as_a_command_is_not_quoted(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped command is a short word (``run``, ``list``: still quoted); one longer than
+    any command's name may be a passphrase given without its option."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert "horse" not in err and "invalid choice: '***'" in err, err

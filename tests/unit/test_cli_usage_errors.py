@@ -105,6 +105,10 @@ def test_an_argument_nothing_marks_is_not_quoted(
         (["sessions", "ls", "--bogus", "value-shown"], "arguments: --bogus value-shown\n"),
         (["sessions", "ls", "--max-tokens", "500"], "arguments: --max-tokens 500\n"),
         (["sessions", "ls", "--num-keys", "120"], "arguments: --num-keys 120\n"),
+        (["sessions", "ls", "-json"], "unrecognized arguments: -json\n"),  # one dash, a word
+        (["sessions", "ls", "all"], "unrecognized arguments: all\n"),  # --all meant
+        (["memory", "add", "my", "fact", "here"], "unrecognized arguments: fact here\n"),
+        (["sessions", "ls", "-limit", "5"], "unrecognized arguments: -limit 5\n"),
         (["sesions", "ls"], "invalid choice: 'sesions'"),  # a command's name mistyped
         (["run"], "invalid choice: 'run'"),  # a word: what make's target is called
         (["sessions", "list"], "invalid choice: 'list'"),

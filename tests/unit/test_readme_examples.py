@@ -189,9 +189,11 @@ def test_every_make_target_the_docs_name_is_one_of_the_makefile() -> None:
     root = Path(__file__).resolve().parents[2]
     targets = set(re.findall(r"^([a-z-]+):", (root / "Makefile").read_text(), re.M))
     docs = [TEXT, *(p.read_text(encoding="utf-8") for p in (root / "docs").glob("*.md"))]
-    shell = ["".join(re.findall(r"```sh\n(.*?)```", text, re.S)) for text in docs]
+    # every fenced block (sh or plain), a command indented, after a prompt or after &&
+    shell = ["\n".join(re.findall(r"```[\w-]*\n(.*?)```", text, re.S)) for text in docs]
+    command = r"(?:^[ \t]*(?:\$[ \t]+)?|&&[ \t]*)make ([a-z-]+)"
     named = {t for text in docs for t in re.findall(r"`make ([a-z-]+)", text)}
-    named |= {t for text in shell for t in re.findall(r"^make ([a-z-]+)", text, re.M)}
+    named |= {t for text in shell for t in re.findall(command, text, re.M)}
     assert {"run", "test", "bench", "bench-test"} <= named and named - targets == set()
     flat = [" ".join(text.split()) for text in docs]  # a command may wrap
     variables = {v for text in flat for v in re.findall(r"`make [a-z-]+ ([A-Z_]+)=", text)}
