@@ -155,6 +155,24 @@ def test_a_raw_output_read_stops_when_its_row_is_replaced(
     assert "file 1" not in raw.inner_text()
 
 
+def test_a_raw_output_read_whose_row_was_replaced_fails_unsaid(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A page refused once its row was replaced is no error of the row shown there: no
+    toast says it, and the new row's button still offers its own output."""
+    old = tool_round(1, 5000)
+    _post(console_proxy, "refused-raw", old)
+    page, _, held = _held_read(console, "refused-raw", 2)
+    cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
+    _post(console_proxy, "refused-raw", _other_output(old))
+    cut.locator("pre.body").filter(has_text="file 9 line 0000").wait_for()
+    held[0].fulfill(status=503, json={"error": {"message": "restarting"}})
+    page.wait_for_timeout(600)
+    assert page.get_by_test_id("toast").count() == 0
+    assert cut.get_by_test_id("raw-output").count() == 0
+    assert cut.get_by_test_id("raw-page").inner_text().startswith("Show")
+
+
 @pytest.mark.parametrize("leave_for", ["#/s/elsewhere", "#/"])
 def test_the_handoff_toast_goes_with_its_session_view(
     leave_for: str, console: Page, console_proxy: ProxyServer, db_dsn: str
