@@ -1,8 +1,8 @@
 """What a session view leaves behind: the raw outputs it paged back are forgotten when its
 session is gone (deleted elsewhere, or reset from the page), so a session started again under
 the same id never shows the old one's output, nor does a result that replaced the one paged
-back at its position; the handoff toast goes with the view; "load earlier" names the rows a
-press adds."""
+back at its position, even while that one's read is on its way; the handoff toast goes with
+the view; "load earlier" names the rows a press adds."""
 
 from __future__ import annotations
 
