@@ -39,6 +39,7 @@ export class MessageRows {
     this.boundary = 0; // the summary's boundary the list was folded at
     this.raw = new Map(); // a row's rawKey -> what was paged back
     this.paging = new Set(); // the rawKeys a press is reading now
+    this.keys = new WeakMap(); // an item of the list -> the rawKey of the row it shows
     this.cut = new Set(); // the handles context.truncated named since the last fetch began
     this.gone = new Set(); // the handles context.evicted named since the last fetch began
     this.dirty = []; // the indexes of held rows a fetch changed in place, for render
@@ -178,6 +179,7 @@ export class MessageRows {
     const folded = row.pos < this.boundary && row.role !== "system" && row.role !== "developer";
     const li = renderMessage(row, (r, node) => this.pageBack(r, node), folded, this.tool(row));
     if (row.tool_call_id && li.querySelector("[data-testid=raw-page]")) {
+      this.keys.set(li, rawKey(row));
       this.showRaw(li, rawKey(row));
     }
     return li;
@@ -200,8 +202,10 @@ export class MessageRows {
   // capped at the agent's maxChars; its header says which characters it holds), shown as
   // each comes. What was paged back is kept here, so a reload of the list does not lose it;
   // a press while one reads is dropped (both read the same place, and showed it twice).
-  // The view closed, the read stops: the list shows another session's rows, where one at
-  // the same place with the same call id took this one's pages.
+  // A read belongs to its row: once the list no longer shows that row (the view closed, a
+  // reset, a result superseded at its position under the same call id, the row trimmed
+  // away) it stops and writes nothing more, neither into the row now at that place nor an
+  // error about a row no longer there.
   async pageBack(row, li) {
     const key = rawKey(row);
     if (this.paging.has(key)) return;
@@ -212,26 +216,32 @@ export class MessageRows {
         const before = this.raw.get(key);
         const shown = before || { text: "", next: 0, total: 0 };
         const out = await api.toolOutput(this.id, rawHandle(row), shown.next, PRESS_CHARS - read);
-        if (this.signal.aborted) return;
+        if (!this.at(row, key)) return;
         if (this.raw.get(key) !== before) break; // forgotten meanwhile (a reset)
         const { text, end } = unwrapPage(out.page, shown.next);
         this.raw.set(key, { text: shown.text + text, next: end, total: out.total_chars,
           capped: out.capped, original: out.original_bytes });
-        this.showRaw(this.at(row, li), key, text);
+        this.showRaw(this.at(row, key), key, text);
         if (end <= shown.next || end >= out.total_chars) break;
         read += end - shown.next;
       }
     } catch (err) {
-      if (!this.signal.aborted) this.onError(err, "Could not page the output back");
+      if (this.at(row, key)) this.onError(err, "Could not page the output back");
     } finally {
       this.paging.delete(key);
     }
-    if (!this.signal.aborted) this.showRaw(this.at(row, li), key);
+    const now = this.at(row, key);
+    if (now) this.showRaw(now, key);
   }
 
-  // The item of `row` the list shows now (a load may have drawn it again), else `li`.
-  at(row, li) {
-    return this.list.querySelector(`[data-pos="${row.pos}"]`) || li;
+  // The item the list shows now of the row `key` names (a load may have drawn it again),
+  // else null: the view closed (the list shows another session's rows, where one at the
+  // same place may have the same key: a branch's copy), or the item at the row's place
+  // shows another row, or none.
+  at(row, key) {
+    if (this.signal.aborted) return null;
+    const li = this.list.querySelector(`[data-pos="${row.pos}"]`);
+    return li && this.keys.get(li) === key ? li : null;
   }
 
   // What was paged back of `key`, in its row `li`: `added` (a page read now) goes after the

@@ -1,8 +1,8 @@
 """What a session view leaves behind: the raw outputs it paged back are forgotten when its
 session is gone (deleted elsewhere, or reset from the page), so a session started again under
 the same id never shows the old one's output, nor does a result that replaced the one paged
-back at its position; the handoff toast goes with the view; "load earlier" names the rows a
-press adds."""
+back at its position, even while that one's read is on its way; the handoff toast goes with
+the view; "load earlier" names the rows a press adds."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, inject, sign_in, tool_round
+from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -100,6 +100,77 @@ def test_a_result_that_replaced_one_paged_back_shows_only_its_own_raw_output(
     raw = cut.get_by_test_id("raw-output")
     raw.filter(has_text="file 9 line 0000").wait_for()
     assert "file 1" not in raw.inner_text()
+
+
+def _held_read(console: Page, session_id: str, hold: int) -> tuple[Any, list[str], list[Any]]:
+    """The session's page, its result's raw-output read started, and the read's request
+    number ``hold`` (1-based) held unanswered: the caller releases it."""
+    asked: list[str] = []
+    held: list[Any] = []
+
+    def slow(route: Any) -> None:
+        asked.append(route.request.url)
+        if len(asked) == hold:
+            held.append(route)
+        else:
+            route.continue_()
+
+    console.page.route(f"**/v1/sessions/{session_id}/tool-outputs/**", slow)
+    page = sign_in(console, f"#/s/{session_id}")
+    cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
+    cut.locator("[data-mark=truncated]").wait_for()
+    cut.get_by_test_id("raw-page").click()
+    wait_for(lambda: bool(held), page)
+    return page, asked, held
+
+
+@pytest.mark.parametrize("replaced_by", ["another result", "a reset"])
+def test_a_raw_output_read_stops_when_its_row_is_replaced(
+    replaced_by: str, console: Page, console_proxy: ProxyServer
+) -> None:
+    """A press reads page after page (four of the proxy's pages here). The row is replaced
+    while a page is on its way (a result superseded at its position under the same call id,
+    held at its second page; a reset and the same history sent again, held at its first):
+    the read stops there and writes nothing into the new row at that place."""
+    sid = "superseded" if replaced_by == "another result" else "reset-under"
+    old = tool_round(1, 5000)
+    _post(console_proxy, sid, old)
+    page, asked, held = _held_read(console, sid, 2 if replaced_by == "another result" else 1)
+    cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
+    if replaced_by == "a reset":
+        page.get_by_test_id("action-reset").click()
+        page.get_by_test_id("confirm-ok").click()
+        cut.wait_for(state="detached")
+    _post(console_proxy, sid, _other_output(old))  # its events reload the page
+    cut.locator("pre.body").filter(has_text="file 9 line 0000").wait_for()
+    held[0].continue_()
+    page.wait_for_timeout(600)
+    assert cut.get_by_test_id("raw-output").count() == 0
+    assert len(asked) == (2 if replaced_by == "another result" else 1)  # no page after it
+    assert page.get_by_test_id("toast").count() == 0
+    assert cut.get_by_test_id("raw-page").inner_text().startswith("Show")
+    cut.get_by_test_id("raw-page").click()  # the new row's own read goes on as ever
+    raw = cut.get_by_test_id("raw-output")
+    raw.filter(has_text="file 9 line 0000").wait_for()
+    assert "file 1" not in raw.inner_text()
+
+
+def test_a_raw_output_read_whose_row_was_replaced_fails_unsaid(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A page refused once its row was replaced is no error of the row shown there: no
+    toast says it, and the new row's button still offers its own output."""
+    old = tool_round(1, 5000)
+    _post(console_proxy, "refused-raw", old)
+    page, _, held = _held_read(console, "refused-raw", 2)
+    cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
+    _post(console_proxy, "refused-raw", _other_output(old))
+    cut.locator("pre.body").filter(has_text="file 9 line 0000").wait_for()
+    held[0].fulfill(status=503, json={"error": {"message": "restarting"}})
+    page.wait_for_timeout(600)
+    assert page.get_by_test_id("toast").count() == 0
+    assert cut.get_by_test_id("raw-output").count() == 0
+    assert cut.get_by_test_id("raw-page").inner_text().startswith("Show")
 
 
 @pytest.mark.parametrize("leave_for", ["#/s/elsewhere", "#/"])
