@@ -49,6 +49,15 @@ def api(proxy: ProxyServer) -> httpx.Client:
     )
 
 
+def posted(proxy: ProxyServer, session_id: str, messages: list[dict[str, Any]]) -> None:
+    """A chat request of ``messages`` to ``session_id``, answered 200."""
+    with api(proxy) as h:
+        resp = h.post(
+            f"/s/{session_id}/v1/chat/completions", json={"model": "m", "messages": messages}
+        )
+        assert resp.status_code == 200, resp.text
+
+
 def inject(db_dsn: str, session_id: str, name: str, data: dict[str, Any]) -> None:
     async def go() -> None:
         pool = await create_pool(db_dsn, min_size=1, max_size=1)  # the proxy's JSON codecs

@@ -19,16 +19,10 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import posted, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _posted(proxy: ProxyServer, sid: str, messages: list[dict[str, Any]]) -> None:
-    with api(proxy) as h:
-        resp = h.post(f"/s/{sid}/v1/chat/completions", json={"model": "m", "messages": messages})
-        assert resp.status_code == 200, resp.text
 
 
 def test_a_session_whose_first_load_failed_reads_it_again_by_itself(
@@ -65,7 +59,7 @@ def test_each_raw_output_button_is_named_by_its_result(
     apart by the tool and the call, not two alike "Show the raw output"; the name keeps the
     button's visible words first, and follows them as it pages."""
     fake_upstream.script(reply("ok"))
-    _posted(console_proxy, "named", [*tool_round(1, 5000), *tool_round(2, 5000)])
+    posted(console_proxy, "named", [*tool_round(1, 5000), *tool_round(2, 5000)])
     page = sign_in(console, "#/s/named")
     first, second = (
         page.get_by_role("button", name=re.compile(rf"^Show the raw output .*read_file.*{c}"))
@@ -87,7 +81,7 @@ def test_a_large_spill_pages_back_far_more_than_the_models_page_a_press(
     round_ = tool_round(1, 70_000)
     body = round_[2]["content"]
     size = len(body)  # 59,517: the lines are shorter than the 20 characters tool_round counts
-    _posted(console_proxy, "big", round_)
+    posted(console_proxy, "big", round_)
     page = sign_in(console, "#/s/big")
     cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
     button = cut.get_by_test_id("raw-page")
@@ -148,7 +142,7 @@ def test_a_long_tool_call_scrolls_in_its_box_as_a_long_body_does(
         },
     }
     fake_upstream.script(reply("ok"))
-    _posted(
+    posted(
         console_proxy,
         "writes",
         [

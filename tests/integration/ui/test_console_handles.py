@@ -10,7 +10,6 @@ The ``console`` fixture checks that the page raised no error and asked no host b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,7 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.ui.conftest import KEY_ENV, LIMIT, MAX_CHARS, TENANT, Page
-from tests.integration.ui.test_console import api, sign_in, tool_round
+from tests.integration.ui.test_console import api, posted, sign_in, tool_round
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,14 +53,6 @@ def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     )
 
 
-def _post(proxy: ProxyServer, session_id: str, messages: list[dict[str, Any]]) -> None:
-    with api(proxy) as h:
-        resp = h.post(
-            f"/s/{session_id}/v1/chat/completions", json={"model": "m", "messages": messages}
-        )
-        assert resp.status_code == 200, resp.text
-
-
 def test_a_redacted_result_offers_no_raw_output(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
@@ -69,7 +60,7 @@ def test_a_redacted_result_offers_no_raw_output(
     secret[2]["content"] = f"token {SECRET}\n" + secret[2]["content"]
     plain = tool_round(2, 800)  # the same, with nothing to redact: its body is kept
     fake_upstream.script(reply("ok", usage=(1900, 4)))
-    _post(console_proxy, "secret", [*secret, *plain, *tool_round(3, 5000), *tool_round(4, 300)])
+    posted(console_proxy, "secret", [*secret, *plain, *tool_round(3, 5000), *tool_round(4, 300)])
     with api(console_proxy) as h:
         rows = {r["pos"]: r for r in h.get("/v1/sessions/secret/messages").json()["data"]}
         assert rows[2]["redacted"] and rows[2]["evicted"]
@@ -95,7 +86,7 @@ def test_a_capped_copy_is_said_to_be_one(
     fake_upstream.script(reply("ok", usage=(1900, 4)))
     round_ = tool_round(1, 5000)  # cut, its copy capped at RAW_CAP
     size = len(round_[2]["content"])
-    _post(console_proxy, "capped", round_)
+    posted(console_proxy, "capped", round_)
     with api(console_proxy) as h:
         out = h.get("/v1/sessions/capped/tool-outputs/call_1@2").json()
         assert out["capped"] and out["original_bytes"] == size > RAW_CAP

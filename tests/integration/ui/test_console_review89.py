@@ -18,16 +18,10 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import posted, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _posted(proxy: ProxyServer, sid: str, messages: list[dict[str, Any]]) -> None:
-    with api(proxy) as h:
-        resp = h.post(f"/s/{sid}/v1/chat/completions", json={"model": "m", "messages": messages})
-        assert resp.status_code == 200, resp.text
 
 
 def test_a_raw_output_read_stops_when_the_view_closes(
@@ -38,8 +32,8 @@ def test_a_raw_output_read_stops_when_the_view_closes(
     writes nothing into the rows now shown, though the other session's cut result sits at
     the same place with the same call id."""
     fake_upstream.script(reply("ok"), reply("ok"))
-    _posted(console_proxy, "spill-a", tool_round(1, 70_000))
-    _posted(console_proxy, "spill-b", tool_round(1, 5000))
+    posted(console_proxy, "spill-a", tool_round(1, 70_000))
+    posted(console_proxy, "spill-b", tool_round(1, 5000))
     asked: list[str] = []
     held: list[Any] = []
 
@@ -91,7 +85,7 @@ def test_a_raw_output_buttons_name_is_not_copied_with_its_row(
     """The button's name tells its result from another's (the tool and the call) to a screen
     reader; a selection of the row copies what is seen, not that hidden text."""
     fake_upstream.script(reply("ok"))
-    _posted(console_proxy, "copied", tool_round(1, 5000))
+    posted(console_proxy, "copied", tool_round(1, 5000))
     page = sign_in(console, "#/s/copied")
     row = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
     button = row.get_by_role("button", name="Show the raw output of read_file (call_1)")
@@ -137,7 +131,7 @@ def test_a_raw_output_press_says_reading_before_its_first_page_comes(
     its first page on (a slow proxy showed no change at all meanwhile); a first page that
     fails gives the button back as it was."""
     fake_upstream.script(reply("ok"))
-    _posted(console_proxy, "slow-raw", tool_round(1, 5000))
+    posted(console_proxy, "slow-raw", tool_round(1, 5000))
     held: list[Any] = []
     console.page.route("**/v1/sessions/slow-raw/tool-outputs/**", lambda r: held.append(r))
     page = sign_in(console, "#/s/slow-raw")
