@@ -126,8 +126,9 @@ def header_secrets(request: httpx.Request | None) -> tuple[str, ...]:
 CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)
 """A query parameter whose name says it holds a credential (``key``, ``api-key``,
 ``access_token``, ``sig``; Azure Functions' ``code`` whole, ``country_code`` is none): what a
-call sent as one (``sent_secrets``) and whose tenant a pass-through client is
-(``session_id.query_credential``): the query goes upstream, so a client may pay with one."""
+call sent as one (``sent_secrets``), scrubbed from what its provider answers: the query goes
+upstream, so a client may pay with one. Wider than a pass-through tenant's reading
+(``session_id.credential_param``, whole words), as a scrub may take too much, a tenant not."""
 
 
 def sent_secrets(request: httpx.Request | None) -> tuple[str, ...]:
