@@ -19,6 +19,7 @@ from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
 from tests.integration.ui.test_console import api, inject, sign_in
 from tests.integration.ui.test_console_audit import started
+from tests.integration.ui.test_console_usability import sent_then_listed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -68,14 +69,7 @@ def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
     pacer = Pacer()
     first = "the first answer " * 4
     fake_upstream.script(reply(first, chunks=4, pacer=pacer), reply("Second answer."))
-    page = sign_in(console, "#/s/reopened")
-    page.get_by_test_id("message").nth(1).wait_for()
-    page.get_by_test_id("composer-input").fill("one")
-    page.get_by_test_id("composer-send").click()
-    pacer.allow(1)
-    page.get_by_test_id("assistant-message").filter(has_text="first").wait_for()
-    page.locator(".brand").click()  # a look at the list
-    page.get_by_test_id("session-row").first.wait_for()
+    page = sent_then_listed(console, "reopened", pacer, "one", "first", chunks=1)
     page.go_back()
     page.get_by_test_id("message").nth(1).wait_for()
     page.get_by_test_id("composer-input").fill("two")
@@ -98,14 +92,7 @@ def test_a_message_in_a_session_made_again_waits_for_no_turn_of_the_deleted_one(
     started(console_proxy, "remade")
     pacer = Pacer()
     fake_upstream.script(reply("the first answer " * 4, chunks=4, pacer=pacer))
-    page = sign_in(console, "#/s/remade")
-    page.get_by_test_id("message").nth(1).wait_for()
-    page.get_by_test_id("composer-input").fill("one")
-    page.get_by_test_id("composer-send").click()
-    pacer.allow(1)
-    page.get_by_test_id("assistant-message").filter(has_text="first").wait_for()
-    page.locator(".brand").click()  # the list: the turn's view is closed
-    page.get_by_test_id("session-row").first.wait_for()
+    page = sent_then_listed(console, "remade", pacer, "one", "first", chunks=1)
     pacer.allow(10)
     with api(console_proxy) as h:
         deadline = time.monotonic() + 10

@@ -195,6 +195,22 @@ def test_a_session_opened_in_a_new_tab_leaves_the_list_where_it_is(
     assert page.locator("#list-view").is_visible()
 
 
+def sent_then_listed(
+    console: Page, session_id: str, pacer: Pacer, question: str, seen: str, chunks: int
+) -> Page:
+    """``question`` sent in ``session_id``'s view, ``chunks`` of the paced answer let through
+    until ``seen`` shows, then a look at the sessions list while the answer waits."""
+    page = sign_in(console, f"#/s/{session_id}")
+    page.get_by_test_id("message").nth(1).wait_for()
+    page.get_by_test_id("composer-input").fill(question)
+    page.get_by_test_id("composer-send").click()
+    pacer.allow(chunks)
+    page.get_by_test_id("assistant-message").filter(has_text=seen).wait_for()
+    page.locator(".brand").click()  # a look at the list: the turn's view is closed
+    page.get_by_test_id("session-row").first.wait_for()
+    return page
+
+
 def test_an_answer_goes_on_to_its_end_when_the_view_is_left(
     console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
@@ -204,14 +220,7 @@ def test_an_answer_goes_on_to_its_end_when_the_view_is_left(
     started(console_proxy, "peek")
     pacer = Pacer()
     fake_upstream.script(reply("an answer worth keeping " * 8, chunks=8, pacer=pacer))
-    page = sign_in(console, "#/s/peek")
-    page.get_by_test_id("message").nth(1).wait_for()
-    page.get_by_test_id("composer-input").fill("tell me")
-    page.get_by_test_id("composer-send").click()
-    pacer.allow(2)
-    page.get_by_test_id("assistant-message").filter(has_text="worth").wait_for()
-    page.locator(".brand").click()  # a look at the list
-    page.get_by_test_id("session-row").first.wait_for()
+    page = sent_then_listed(console, "peek", pacer, "tell me", "worth", chunks=2)
     pacer.allow(20)
     with api(console_proxy) as h:
         wait_for(lambda: len(h.get("/v1/sessions/peek/messages").json()["data"]) == 4, page)
