@@ -37,6 +37,7 @@ from proxy.config import ProviderConfig
 from proxy.credentials import CLIENT_KEY_HEADER, query_key_sent
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
+from proxy.sse import BOM
 from proxy.upstream import basic_auth
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def _is_json(body: bytes) -> bool:
     its first byte, unparsed: megabytes of it (an embeddings error) would hold the event
     loop for seconds, and one that opens as JSON passing as it came is no worse."""
     if len(body) > _PEEK:
-        return body[:_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"[", b'"')
+        return body[:_PEEK].removeprefix(BOM).lstrip()[:1] in (b"{", b"[", b'"')
     try:
         loads_json(body)
     except ValueError as exc:

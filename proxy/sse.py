@@ -23,6 +23,7 @@ import orjson
 __all__ = [
     "BOM",
     "DONE",
+    "FIELDS",
     "KEEPALIVE",
     "STREAM_HEADERS",
     "BodySplitter",
@@ -197,7 +198,9 @@ class BodySplitter:
 
 BOM = b"\xef\xbb\xbf"
 """UTF-8's byte-order mark, which a .NET writer puts first, and a JSON or SSE parser skips."""
-_EVENT_AFTER = re.compile(rb"(?:\r\n?|\n)(?:\r\n?|\n)(?:data|event|id|retry):")
+FIELDS = (b"data:", b"event:", b"id:", b"retry:")
+"""How a line of each SSE field opens (a comment's opens with ``:``)."""
+_EVENT_AFTER = re.compile(rb"(?:\r\n?|\n)(?:\r\n?|\n)(?:" + b"|".join(FIELDS) + rb")")
 """A blank line, then a line opening with an SSE field: an event stream, never a JSON text
 (whose strings hold no line break, and whose words are no field's name)."""
 _EVENT_AFTER_SPAN = 10  # the most bytes of a match that one read can have ended in

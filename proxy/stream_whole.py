@@ -12,11 +12,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.chunks import StreamAccumulator, index_of
-from proxy.sse import BOM, EventSplitter, event_data, is_done, is_map, opening_of, parse_chunk
+from proxy.sse import (
+    BOM,
+    FIELDS,
+    EventSplitter,
+    event_data,
+    is_done,
+    is_map,
+    opening_of,
+    parse_chunk,
+)
 
 __all__ = ["opens_as_events", "stream_completion"]
 
-_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
+_FIELDS = (*FIELDS, b":")
 
 
 def opens_as_events(body: bytes) -> bool:
