@@ -33,10 +33,10 @@ from proxy.cascade.paging import raw_output_page
 from proxy.cascade.redaction import compile_patterns, redact
 from proxy.history import chain_hash
 from proxy.services import raw_cache, toolloop
-from proxy.services.page_threads import make_page
 from proxy.store import raw_outputs
 from proxy.store.db import create_pool
 from proxy.store.migrations import run_migrations
+from proxy.work_threads import off_loop
 
 __all__ = ["Counting", "before", "hostile", "main"]
 
@@ -78,8 +78,8 @@ async def before(
         return None
     text = row["content"]
     if patterns:
-        text = await make_page(lambda t: redact(t, patterns)[0], text)
-    page = await make_page(raw_output_page, text, id=handle, offset=offset, max_chars=max_chars)
+        text = await off_loop(lambda t: redact(t, patterns)[0], text)
+    page = await off_loop(raw_output_page, text, id=handle, offset=offset, max_chars=max_chars)
     return page[0]
 
 

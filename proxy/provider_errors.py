@@ -270,17 +270,18 @@ def log_stream_error(provider: ProviderConfig, status: int, label: str) -> None:
     )
 
 
-def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
-    """A 2xx answer's chat completion (built from its chunks when the provider streamed it,
-    ``stream_whole.stream_completion``); anything else the provider sent is a 502, one whose
-    choices or tool calls are malformed too (the 502's message, logged, names the provider
-    and what was wrong, never the content), and an error object sent as a success, whose
-    502 quotes its message while the log line names only its type and code (both without the
-    credential the call sent)."""
+def completion(resp: Answer, provider: ProviderConfig) -> tuple[dict[str, Any], bool]:
+    """A 2xx answer's chat completion, and whether it was built from its chunks (the
+    provider streamed it, ``stream_whole.stream_completion``: the client, who asked for a
+    whole answer, gets the completion, not the provider's bytes); anything else the provider
+    sent is a 502, one whose choices or tool calls are malformed too (the 502's message,
+    logged, names the provider and what was wrong, never the content), and an error object
+    sent as a success, whose 502 quotes its message while the log line names only its type
+    and code (both without the credential the call sent)."""
     try:
-        data, parsed = resp.json(), True
+        data, parsed, streamed = resp.json(), True, False
     except ValueError:  # a stream where a whole answer belongs is read as its chunks build
-        data = stream_whole.stream_completion(resp.content)
+        data, streamed = stream_whole.stream_completion(resp.content), True
         parsed = data is not None
     if (failure := chunk_faults.error_answer(data)) is not None:
         note_bad_answer(provider.name, "error_answer")
@@ -309,4 +310,4 @@ def completion(resp: Answer, provider: ProviderConfig) -> dict[str, Any]:
         raise UpstreamBadResponse(
             f"{provider_name(provider)} answered a malformed chat completion ({why})"
         )
-    return data
+    return data, streamed

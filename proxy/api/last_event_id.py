@@ -45,7 +45,8 @@ def after(request: Request) -> tuple[int, frozenset[int]]:
     if not all(p.isascii() and p.isdigit() for p in parts):
         raise ClientRequestError(
             f"{param} {value[:30]!r} is not an event id: send the id of the last event "
-            "received (a number), or none to receive every event",
+            "received (digits), or the resume token the stream sent after it (its mark, then "
+            "offsets from it, joined by dots: 40.2.5), or none to receive every event",
             param=param,
             log_message=f"{param} is not an event id",  # a header's or a query's value
         )

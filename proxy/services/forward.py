@@ -22,7 +22,7 @@ import anyio
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from proxy import answers, chunks, sse, stream_whole
+from proxy import answers, chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.delta_fields import rounds_merged
 from proxy.cascade.types import Message
@@ -155,8 +155,8 @@ class Forwarder:
                         step.route.provider, resp, resp.content, response_headers(resp)
                     )
                     return Response(body, resp.status_code, headers)
-                data = completion(resp, step.route.provider)
-                rewritten = rewritten or stream_whole.opens_as_events(resp.content)  # streamed
+                data, streamed = completion(resp, step.route.provider)
+                rewritten = rewritten or streamed
                 note_answer(step.route.model, data.get("usage"))
                 if round_no == 0:  # the prompt the step assembled (later rounds add to it)
                     prompt_tokens = (data.get("usage") or {}).get("prompt_tokens")

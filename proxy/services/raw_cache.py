@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.cascade.redaction import redact
-from proxy.services.page_threads import make_page
 from proxy.store import raw_outputs
+from proxy.work_threads import off_loop
 
 __all__ = ["BUDGET_BYTES", "Output", "clear", "read_output"]
 
@@ -122,14 +122,14 @@ async def read_output(
 async def _redacted(key: Key, version: str, text: str, patterns: Sequence[re.Pattern[str]]) -> str:
     """``text`` (the key's at ``version``) redacted on a page thread (redacting up to
     rawCapBytes of text on the event loop would hold every other request until it is done:
-    ``page_threads``), or the redaction of it already under way: one key and version read
+    ``work_threads``), or the redaction of it already under way: one key and version read
     the same text. The redaction is cancelled when every read waiting for it goes away
     before its page thread begins it."""
     at = (key, version)
     flight = _FLIGHTS.get(at)
     if flight is None:
         flight = _FLIGHTS[at] = _Flight()
-        flight.task = asyncio.ensure_future(make_page(_begin, flight, text, patterns))
+        flight.task = asyncio.ensure_future(off_loop(_begin, flight, text, patterns))
         flight.task.add_done_callback(functools.partial(_landed, at, flight))
     flight.waiting += 1
     try:

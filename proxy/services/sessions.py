@@ -22,8 +22,8 @@ from proxy.config import Config
 from proxy.errors import NotFound
 from proxy.listing import iso_time, page_of, rows_to_read, session_cursor
 from proxy.services import raw_cache
-from proxy.services.page_threads import make_page
 from proxy.store import client_form, messages as msgs, nul, sessions, summaries, usage
+from proxy.work_threads import off_loop
 
 __all__ = [
     "list_sessions",
@@ -335,8 +335,8 @@ async def tool_output(
             f" holds is at GET /v1/sessions/{session_id}/messages)"
         )
     # on a page thread: a grep reads every line of up to rawCapBytes of text, which on the
-    # event loop would hold every other request until it is done (``page_threads``)
-    page, next_offset = await make_page(
+    # event loop would hold every other request until it is done (``work_threads``)
+    page, next_offset = await off_loop(
         raw_output_page,
         row.content,
         id=tool_call_id,

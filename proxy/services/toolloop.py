@@ -22,8 +22,8 @@ from proxy.cascade.pipeline import Assembled
 from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
 from proxy.services import raw_cache
-from proxy.services.page_threads import make_page
 from proxy.store import sessions
+from proxy.work_threads import off_loop
 
 __all__ = [
     "MAX_TOOLS",
@@ -198,11 +198,11 @@ async def read_page(
 async def _page(
     text: str, id: str, offset: int, limit: int | None, grep: str | None, max_chars: int
 ) -> str:
-    # on a page thread: a grep reads every line of up to rawCapBytes of text (``page_threads``)
+    # on a page thread: a grep reads every line of up to rawCapBytes of text (``work_threads``)
     page = functools.partial(
         raw_output_page, text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
     )
-    return (await make_page(page))[0]
+    return (await off_loop(page))[0]
 
 
 Pages = Callable[[int], Awaitable[str]]

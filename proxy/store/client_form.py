@@ -19,9 +19,7 @@ result's text.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +28,7 @@ from proxy.cascade.truncation import has_cut_marker, is_cut_from
 from proxy.history import hashes_after
 from proxy.store.nul import decode
 from proxy.store.usage import fetch_spilled_ids
+from proxy.work_threads import off_loop
 
 if TYPE_CHECKING:
     from proxy.store.db import Executor
@@ -48,22 +47,17 @@ event loop: a longer one is hashed on a thread, where a tool result of megabytes
 canonical form written, then its SHA-256) would hold every stream on the replica for as long
 as it takes."""
 
-_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-hash")
-"""Not the loop's default executor: a turn's query embedding (under the turn's retrieval
-timeout) and DNS lookups run there, and a burst of pinned reads of long results would queue
-ahead of them. The hash takes the interpreter's lock while it writes the canonical form, so
-more threads would make none faster."""
-
 
 async def hashes_to(prevs: Sequence[str], msg: Mapping[str, Any], target: str) -> bool:
     """``hashes_after(prevs, msg, target)``: whether ``msg`` continues one of ``prevs`` to
     ``target``. A message with more than :data:`ON_LOOP_CHARS` of text in any field (a
-    result's content, a call's arguments) is hashed on a hash thread, the loop free
-    meanwhile; a short one on the loop, where the hop to a thread would cost more."""
+    result's content, a call's arguments) is hashed on a work thread (``work_threads``:
+    not the loop's default executor, where a query embedding and DNS lookups run), the
+    loop free meanwhile; a short one on the loop, where the hop to a thread would cost
+    more."""
     if not _longer(msg, ON_LOOP_CHARS):
         return hashes_after(prevs, msg, target)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_THREADS, hashes_after, prevs, msg, target)
+    return await off_loop(hashes_after, prevs, msg, target)
 
 
 def _longer(value: Any, limit: int) -> bool:

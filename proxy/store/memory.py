@@ -218,11 +218,17 @@ async def delete_fact(
     return True
 
 
+def _reads_scope(scope: str, agent: str) -> str:
+    """SQL: a session of ``agent`` reads the facts of ``scope`` (SQL expressions both), those
+    of ``global`` and of its agent's ``agent:<name>``; the ``default`` agent has no scope of
+    its own, so a fact stored in ``agent:default`` is read by none."""
+    return f"({scope} = 'global' OR ({agent} <> 'default' AND {scope} = 'agent:' || {agent}))"
+
+
 SHOWING_TURNS = """
 SELECT id, turn_blocks FROM sessions
 WHERE tenant = $1 AND strpos(turn_blocks, '"memory":{') > 0 AND strpos(turn_blocks, $3) > 0
-  AND ($2 = 'global' OR (agent <> 'default' AND $2 = 'agent:' || agent))
-"""
+  AND """ + _reads_scope("$2", "agent")
 FORGET_IN_TURNS = """
 UPDATE sessions s SET turn_blocks = t.blocks
 FROM unnest($2::text[], $3::text[], $4::text[]) AS t(id, was, blocks)
@@ -363,10 +369,9 @@ async def answer_suggestion(
     return await conn.fetchval(ANSWER, tenant, suggestion_id, answer, list(facts)) is not None
 
 
-SESSION_FACTS = """
+SESSION_FACTS = f"""
 SELECT m.fact FROM memory m JOIN sessions s ON s.tenant = m.tenant
-WHERE m.tenant = $1 AND s.id = $2
-  AND (m.scope = 'global' OR (s.agent <> 'default' AND m.scope = 'agent:' || s.agent))
+WHERE m.tenant = $1 AND s.id = $2 AND {_reads_scope("m.scope", "s.agent")}
 ORDER BY m.id LIMIT $3 OFFSET $4
 """
 
@@ -374,9 +379,9 @@ ORDER BY m.id LIMIT $3 OFFSET $4
 async def session_facts(
     conn: Executor, *, tenant: str, session_id: str, limit: int | None = None, offset: int = 0
 ) -> list[str]:
-    """The facts a session's prompt carries: its agent's scope and ``global``, oldest first,
-    in one statement (the session row names the agent; the ``default`` agent has no scope
-    of its own, so a row stored in ``agent:default`` is read by none); ``limit`` of them
+    """The facts a session's prompt carries: its agent's scope and ``global``
+    (:func:`_reads_scope`), oldest first, in one statement (the session row names the
+    agent); ``limit`` of them
     from ``offset`` on (None: all), since the block holds only the oldest few of a large
     scope."""
     rows = await conn.fetch(SESSION_FACTS, tenant, session_id, limit, offset)

@@ -1,6 +1,6 @@
 """The id a stream starts after (``Last-Event-ID``, else ``?last_event_id=``): a plain
-decimal number up to the largest event id; anything else is the client's 400, whatever its
-length, never the server's 500."""
+decimal number up to the largest event id, or a resume token a stream sent; anything else
+is the client's 400, whatever its length, never the server's 500."""
 
 from __future__ import annotations
 
@@ -51,3 +51,14 @@ def test_a_resume_token_lists_no_more_ids_than_a_stream_sends() -> None:
     assert events._after(_request(most)) == (40, frozenset({41}))
     with pytest.raises(ClientRequestError, match="not a resume token"):
         events._after(_request(most + ".2"))
+
+
+@pytest.mark.parametrize("value", ["abc", "40.", "40.2e3"])
+def test_the_400_names_both_forms_a_stream_starts_after(value: str) -> None:
+    """A client that mangled a resume token is told tokens are taken, not that only a
+    number is."""
+    with pytest.raises(ClientRequestError, match="is not an event id") as refused:
+        events._after(_request(value))
+    said = str(refused.value)
+    assert "id of the last event received (digits)" in said
+    assert "resume token" in said and "joined by dots" in said

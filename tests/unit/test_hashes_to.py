@@ -1,6 +1,7 @@
-"""``client_form.hashes_to``: a long message is hashed on the store's own hash threads, never
-on the loop's default executor (a query embedding and DNS lookups run there), and "long"
-counts every text the canonical form writes, a tool call's arguments too."""
+"""``client_form.hashes_to``: a long message is hashed on the work threads the pages also
+run on (``proxy.work_threads``), never on the loop's default executor (a query embedding and
+DNS lookups run there), and "long" counts every text the canonical form writes, a tool
+call's arguments too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy import work_threads
 from proxy.history import chain_hash
 from proxy.store import client_form
 
@@ -73,3 +75,23 @@ async def test_a_short_message_is_hashed_on_the_loop(monkeypatch: pytest.MonkeyP
     msg = _call("{}") | {"content": [{"type": "text", "text": "short"}]}
     assert await client_form.hashes_to(["p"], msg, chain_hash("p", msg))
     assert on_main == [True]
+
+
+async def test_a_long_hash_runs_on_the_work_threads_the_pages_run_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pool of two for all the proxy's long CPU work, not a pool each for the store's
+    hashes and the services' pages: each holds the interpreter's lock as it runs."""
+    names: list[str] = []
+    write = client_form.hashes_after
+
+    def hashes_after(prevs: Any, m: Any, target: str) -> bool:
+        names.append(threading.current_thread().name)
+        return write(prevs, m, target)
+
+    monkeypatch.setattr(client_form, "hashes_after", hashes_after)
+    msg = {"role": "tool", "tool_call_id": "c1", "content": LONG}
+    assert await client_form.hashes_to(["p"], msg, chain_hash("p", msg))
+    page = await work_threads.off_loop(lambda: threading.current_thread().name)
+    assert page.startswith(work_threads.THREAD_PREFIX)
+    assert [n.split("_")[0] for n in names] == [work_threads.THREAD_PREFIX]

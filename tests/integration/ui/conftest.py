@@ -57,9 +57,19 @@ def roomy_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
     )
 
 
+ROOMY = pytest.mark.roomy
+"""A module's or a test's mark: its proxy gets :func:`roomy_config`, where only the test
+changes rows, not the console tests' small window."""
+
+
 @pytest.fixture
-def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    """Keys configured; a small window so eviction happens; results past MAX_CHARS are cut."""
+def console_config(
+    request: pytest.FixtureRequest, tmp_path: Path, fake_upstream: FakeUpstream
+) -> Path:
+    """Keys configured; a small window so eviction happens; results past MAX_CHARS are cut.
+    A test marked :data:`ROOMY` gets :func:`roomy_config` instead."""
+    if request.node.get_closest_marker("roomy") is not None:
+        return roomy_config(tmp_path, fake_upstream)
     return write_config(
         tmp_path / "agents.json",
         fake_upstream.url,

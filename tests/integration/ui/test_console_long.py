@@ -26,10 +26,10 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied
 from tests.integration.conftest import run_sync
-from tests.integration.ui.conftest import TENANT, Page, roomy_config
+from tests.integration.ui.conftest import ROOMY, TENANT, Page
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), ROOMY]
 
 TRAJECTORIES = Path(
     os.environ.get("CASCADE_TRAJECTORIES", "/work/shared/data/trajectories")
@@ -83,12 +83,6 @@ def long_history() -> list[dict[str, Any]]:
     while history[-1]["role"] == "assistant" and history[-1].get("tool_calls"):
         history.pop()  # a call with no result would be a history no provider takes
     return history
-
-
-@pytest.fixture
-def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    """A window the whole transcript fits in, and no eviction: only the test changes rows."""
-    return roomy_config(tmp_path, fake_upstream)
 
 
 class Loads:

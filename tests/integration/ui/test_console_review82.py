@@ -9,7 +9,6 @@ raised no error and asked no host but the proxy.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,17 +16,11 @@ import pytest
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.ui.conftest import Page, roomy_config
+from tests.integration.ui.conftest import ROOMY, Page
 from tests.integration.ui.test_console import api, sign_in, tool_round
 from tests.integration.ui.test_console_audit import started
 
-pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    """A window a long session fits in: no compaction changes the rows under the tests."""
-    return roomy_config(tmp_path, fake_upstream)
+pytestmark = [pytest.mark.timeout(60), ROOMY]
 
 
 def _grows(proxy: ProxyServer, upstream: FakeUpstream, sid: str, first: list[Any]) -> None:

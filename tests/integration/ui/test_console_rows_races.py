@@ -10,18 +10,17 @@ from typing import Any
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.ui.conftest import Page
+from tests.integration.ui.conftest import ROOMY, Page
 from tests.integration.ui.test_console import inject, wait_for
 from tests.integration.ui.test_console_events import evict_row
 from tests.integration.ui.test_console_rows_shown import (
     SID,
-    console_config,  # noqa: F401 (the fixture, for this module's console)
     open_long,
     settled,
     step,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), ROOMY]
 
 
 def test_an_eviction_heard_while_the_window_reloads_updates_the_row_it_names(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,22 +14,16 @@ import pytest
 from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied
-from tests.integration.ui.conftest import Page, roomy_config
+from tests.integration.ui.conftest import ROOMY, Page
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_events import evict_row
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), ROOMY]
 
 SID = "rows-shown"
 ROUNDS = 1300  # three rows each, after the system message
 WINDOW = 200  # rows.js: the rows a first load shows, and each "load earlier" adds
 TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]
-
-
-@pytest.fixture
-def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    """A window the whole history fits in, and no eviction: only the test changes rows."""
-    return roomy_config(tmp_path, fake_upstream)
 
 
 class Reads:

@@ -9,25 +9,18 @@ raised no error and asked no host but the proxy.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.ui.conftest import Page, roomy_config
+from tests.integration.ui.conftest import ROOMY, Page
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 from tests.integration.ui.test_console_long import WINDOW
 
-pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def console_config(tmp_path: Path, fake_upstream: FakeUpstream) -> Path:
-    """A window a long session fits in: no compaction changes the rows under the tests."""
-    return roomy_config(tmp_path, fake_upstream)
+pytestmark = [pytest.mark.timeout(60), ROOMY]
 
 
 def test_a_list_the_proxy_did_not_answer_says_so_and_reads_again(

@@ -1,7 +1,8 @@
-"""A tool output's page (a grep of up to ``rawCapBytes``, a redaction) is made on threads of
-its own, not the event loop's default executor: that one also runs a turn's query
-embedding under the turn's retrieval timeout, which a burst of greps queued ahead of it
-would run out, every tenant's turn then answering without its retrieved memory."""
+"""A tool output's page (a grep of up to ``rawCapBytes``, a redaction) is made on the work
+threads (``proxy.work_threads``), not the event loop's default executor: that one also runs
+a turn's query embedding under the turn's retrieval timeout, which a burst of greps queued
+ahead of it would run out, every tenant's turn then answering without its retrieved
+memory."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from proxy.services import toolloop
-from proxy.services.page_threads import make_page
+from proxy.work_threads import off_loop
 from tests.unit.raw_reads import stub_reads
 
 
@@ -61,8 +62,8 @@ async def test_a_page_still_queued_when_its_request_is_cancelled_is_never_made()
         made.append(n)
         return n
 
-    running = [asyncio.create_task(make_page(page, n)) for n in range(2)]
-    queued = asyncio.create_task(make_page(page, 99))
+    running = [asyncio.create_task(off_loop(page, n)) for n in range(2)]
+    queued = asyncio.create_task(off_loop(page, 99))
     await asyncio.sleep(0.05)
     queued.cancel()
     await asyncio.sleep(0)
@@ -85,7 +86,7 @@ async def test_a_page_runs_in_its_callers_context_and_raises_to_it() -> None:
         raise ValueError("bad page")
 
     with pytest.raises(ValueError, match="bad page") as raised:
-        await make_page(page)
+        await off_loop(page)
     assert seen == ["req-1"]
     assert raised.traceback[-1].name == "page"  # the page's own frame: its cause
     assert request.get() == "req-1"
