@@ -36,7 +36,7 @@ from proxy.services import raw_cache, toolloop
 from proxy.store import raw_outputs
 from proxy.store.db import create_pool
 from proxy.store.migrations import run_migrations
-from proxy.work_threads import off_loop
+from proxy.work_threads import PAGES, off_loop
 
 __all__ = ["Counting", "before", "hostile", "main"]
 
@@ -78,8 +78,10 @@ async def before(
         return None
     text = row["content"]
     if patterns:
-        text = await off_loop(lambda t: redact(t, patterns)[0], text)
-    page = await off_loop(raw_output_page, text, id=handle, offset=offset, max_chars=max_chars)
+        text = await off_loop(PAGES, lambda t: redact(t, patterns)[0], text)
+    page = await off_loop(
+        PAGES, raw_output_page, text, id=handle, offset=offset, max_chars=max_chars
+    )
     return page[0]
 
 

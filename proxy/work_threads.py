@@ -1,13 +1,18 @@
-"""The two threads the proxy's long CPU work runs on, below both the services and the
-store: a tool output's page (a grep reads every line of up to ``rawCapBytes``;
-read_tool_output also redacts it) and the chain hash of a message with a long text
-(``store.client_form.hashes_to``). Not the event loop, which would answer no other request
-meanwhile, and not its default executor, which also runs a turn's query embedding under the
-turn's retrieval timeout and DNS lookups, where a burst of greps or long hashes queued ahead
-of them would run the timeout out. Both kinds take the interpreter's lock for their whole
-run, so more threads than two, or a pool each, would make none faster; a call still queued
-when its request is cancelled (the client went away) is never made. At process exit
-``concurrent.futures`` joins the threads once, those begun running to their end."""
+"""The threads the proxy's long CPU work runs on, below both the services and the store:
+:data:`PAGES` for a tool output's page (a grep reads every line of up to ``rawCapBytes``;
+read_tool_output also redacts it) and :data:`HASHES` for the chain hash of a message with a
+long text (``store.client_form.hashes_to``). Not the event loop, which would answer no other
+request meanwhile, and not its default executor, which also runs a turn's query embedding
+under the turn's retrieval timeout and DNS lookups, where a burst of greps or long hashes
+queued ahead of them would run the timeout out.
+
+Two threads each: the work takes the interpreter's lock as it runs, so more would make none
+faster. A pool each, not one for both: a pool runs its queue in order, and a hash on the
+request path (a chat turn's read_tool_output of a pinned result, a session listing's rows)
+queued behind a burst of greps would wait for the whole burst; on threads of its own it
+shares the interpreter with the greps running and is done in a few times its own time. A
+call still queued when its request is cancelled (the client went away) is never made. At
+process exit ``concurrent.futures`` joins the threads, each running what it was given."""
 
 from __future__ import annotations
 
@@ -15,23 +20,24 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["THREAD_PREFIX", "off_loop"]
+__all__ = ["HASHES", "PAGES", "off_loop"]
 
 T = TypeVar("T")
 
-THREAD_PREFIX = "cascade-page"
-"""The threads' names begin with it (``cascade-page_0``): what a profile or a thread dump
-shows them as."""
+PAGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-page")
+"""A tool output's pages: greps and redactions (``cascade-page_0`` in a thread dump)."""
 
-_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix=THREAD_PREFIX)
+HASHES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-hash")
+"""Long messages' chain hashes (``cascade-hash_0`` in a thread dump)."""
 
 
-async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` on a work thread, in the caller's context (its request id
-    and trace span for the log lines it writes), as ``asyncio.to_thread`` runs it."""
+async def off_loop(threads: Executor, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on one of ``threads`` (:data:`PAGES`, :data:`HASHES`), in the
+    caller's context (its request id and trace span for the log lines it writes), as
+    ``asyncio.to_thread`` runs it."""
     context = contextvars.copy_context()
     call = functools.partial(context.run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_THREADS, call)
+    return await asyncio.get_running_loop().run_in_executor(threads, call)

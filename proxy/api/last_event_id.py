@@ -24,7 +24,7 @@ LAST_EVENT_ID = {
     "required": False,
     "description": "The id of the last event received, or the resume token the stream sent "
     "after it: the stream starts after it.",
-    "schema": {"type": "string", "pattern": "^[0-9]*(\\.[0-9]+)*$"},
+    "schema": {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)*)?$"},
 }
 LAST_EVENT_ID_QUERY = {**LAST_EVENT_ID, "in": "query", "name": "last_event_id"} | {
     "description": "Last-Event-ID for a client that cannot send the header (the header wins)."

@@ -23,7 +23,7 @@ from proxy.services.memory import (
     scope_of_agent,
     vet_facts,
 )
-from proxy.store import memory as store
+from proxy.store import memory as store, memory_suggestions as suggestions
 
 __all__ = ["SuggestionCheck", "accept_suggestion", "list_suggestions", "reject_suggestion"]
 
@@ -68,7 +68,7 @@ async def list_suggestions(
     want = rows_to_read(limit)
     batch = min(want + offset, 1001)  # the rows skipped too, in a few statements
     while len(data) < want:
-        rows = await store.fetch_pending_suggestions(
+        rows = await suggestions.fetch_pending_suggestions(
             pool, tenant=tenant, limit=batch, after_event=after, session_id=session_id
         )
         for row in rows:
@@ -106,7 +106,7 @@ async def _pending(
     the 404 of an unknown id, whether pending or answered: such a caller is shown no such
     suggestion (``list_suggestions``), so whether one exists under an id, or was answered,
     is not its to learn."""
-    found = await store.fetch_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id)
+    found = await suggestions.fetch_suggestion(pool, tenant=tenant, suggestion_id=suggestion_id)
     if found is not None and check is not None:
         scope = _listed_scope(cfg, found)
         if scope is None or not check(scope, _agent_of(found)):
@@ -169,7 +169,7 @@ async def accept_suggestion(
             log_message=f"{len(unknown)} of the facts sent are not in suggestion {suggestion_id!r}",
         )
     async with pool.acquire() as conn, conn.transaction():  # answered only with its facts
-        if not await store.answer_suggestion(
+        if not await suggestions.answer_suggestion(
             conn, tenant=tenant, suggestion_id=suggestion_id, answer="accepted", facts=chosen
         ):
             raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")
@@ -201,7 +201,7 @@ async def reject_suggestion(
 ) -> dict[str, Any]:
     """Dismiss a suggestion; ``check`` sees what ``accept_suggestion``'s does, first."""
     await _pending(pool, cfg, tenant, suggestion_id, check)
-    if not await store.answer_suggestion(
+    if not await suggestions.answer_suggestion(
         pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
     ):
         raise ClientRequestError(f"memory suggestion {suggestion_id!r} was answered already")

@@ -47,7 +47,7 @@ from proxy.cascade.text import content_text
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.services.memory import GLOBAL
-from proxy.store import memory as store, summaries
+from proxy.store import memory as store, memory_suggestions, summaries
 from proxy.store.db import DatabaseUnavailable, Lent, PoolExhausted
 
 __all__ = ["promote"]
@@ -233,7 +233,9 @@ async def _promote(
     keys, stored = await store.stored_matches(
         conn, tenant=job.tenant, scope=job.memory_scope, texts=facts
     )
-    stored += await store.fetch_pending_facts(conn, tenant=job.tenant, scope=job.memory_scope)
+    stored += await memory_suggestions.fetch_pending_facts(
+        conn, tenant=job.tenant, scope=job.memory_scope
+    )
     kept = span_facts(
         sanitize_facts(
             facts,

@@ -34,7 +34,7 @@ from typing import Any
 
 from proxy.cascade.redaction import redact
 from proxy.store import raw_outputs
-from proxy.work_threads import off_loop
+from proxy.work_threads import PAGES, off_loop
 
 __all__ = ["BUDGET_BYTES", "Output", "clear", "read_output"]
 
@@ -129,7 +129,7 @@ async def _redacted(key: Key, version: str, text: str, patterns: Sequence[re.Pat
     flight = _FLIGHTS.get(at)
     if flight is None:
         flight = _FLIGHTS[at] = _Flight()
-        flight.task = asyncio.ensure_future(off_loop(_begin, flight, text, patterns))
+        flight.task = asyncio.ensure_future(off_loop(PAGES, _begin, flight, text, patterns))
         flight.task.add_done_callback(functools.partial(_landed, at, flight))
     flight.waiting += 1
     try:

@@ -23,7 +23,7 @@ from proxy.errors import NotFound
 from proxy.listing import iso_time, page_of, rows_to_read, session_cursor
 from proxy.services import raw_cache
 from proxy.store import client_form, messages as msgs, nul, sessions, summaries, usage
-from proxy.work_threads import off_loop
+from proxy.work_threads import PAGES, off_loop
 
 __all__ = [
     "list_sessions",
@@ -337,6 +337,7 @@ async def tool_output(
     # on a page thread: a grep reads every line of up to rawCapBytes of text, which on the
     # event loop would hold every other request until it is done (``work_threads``)
     page, next_offset = await off_loop(
+        PAGES,
         raw_output_page,
         row.content,
         id=tool_call_id,

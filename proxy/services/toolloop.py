@@ -23,7 +23,7 @@ from proxy.cascade.types import READ_TOOL_OUTPUT, Message
 from proxy.config_context import ContextConfig
 from proxy.services import raw_cache
 from proxy.store import sessions
-from proxy.work_threads import off_loop
+from proxy.work_threads import PAGES, off_loop
 
 __all__ = [
     "MAX_TOOLS",
@@ -202,7 +202,7 @@ async def _page(
     page = functools.partial(
         raw_output_page, text, id=id, offset=offset, limit=limit, grep=grep, max_chars=max_chars
     )
-    return (await off_loop(page))[0]
+    return (await off_loop(PAGES, page))[0]
 
 
 Pages = Callable[[int], Awaitable[str]]

@@ -28,7 +28,7 @@ from proxy.cascade.truncation import has_cut_marker, is_cut_from
 from proxy.history import hashes_after
 from proxy.store.nul import decode
 from proxy.store.usage import fetch_spilled_ids
-from proxy.work_threads import off_loop
+from proxy.work_threads import HASHES, off_loop
 
 if TYPE_CHECKING:
     from proxy.store.db import Executor
@@ -51,13 +51,13 @@ as it takes."""
 async def hashes_to(prevs: Sequence[str], msg: Mapping[str, Any], target: str) -> bool:
     """``hashes_after(prevs, msg, target)``: whether ``msg`` continues one of ``prevs`` to
     ``target``. A message with more than :data:`ON_LOOP_CHARS` of text in any field (a
-    result's content, a call's arguments) is hashed on a work thread (``work_threads``:
-    not the loop's default executor, where a query embedding and DNS lookups run), the
-    loop free meanwhile; a short one on the loop, where the hop to a thread would cost
-    more."""
+    result's content, a call's arguments) is hashed on a hash thread (``work_threads``:
+    not the loop's default executor, where a query embedding and DNS lookups run, nor a
+    page thread, behind a burst of greps), the loop free meanwhile; a short one on the
+    loop, where the hop to a thread would cost more."""
     if not _longer(msg, ON_LOOP_CHARS):
         return hashes_after(prevs, msg, target)
-    return await off_loop(hashes_after, prevs, msg, target)
+    return await off_loop(HASHES, hashes_after, prevs, msg, target)
 
 
 def _longer(value: Any, limit: int) -> bool:

@@ -4,10 +4,12 @@ is the client's 400, whatever its length, never the server's 500."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from starlette.requests import Request
 
-from proxy.api import events
+from proxy.api import events, last_event_id
 from proxy.api.event_cursor import TOKEN_IDS
 from proxy.errors import ClientRequestError
 
@@ -62,3 +64,28 @@ def test_the_400_names_both_forms_a_stream_starts_after(value: str) -> None:
     said = str(refused.value)
     assert "id of the last event received (digits)" in said
     assert "resume token" in said and "joined by dots" in said
+
+
+@pytest.mark.parametrize(
+    ("value", "taken"),
+    [
+        ("", True),
+        ("42", True),
+        ("40.2.5", True),
+        (".2", False),
+        ("40.", False),
+        ("40..2", False),
+        ("4 0.2", False),
+        ("40.-2", False),
+    ],
+)
+def test_the_documented_pattern_takes_the_shapes_the_stream_takes(value: str, taken: bool) -> None:
+    """A client generated from the OpenAPI document sends what the stream takes: the
+    parameter's pattern refuses a token with no mark (``.2``), as the stream does."""
+    pattern = last_event_id.LAST_EVENT_ID["schema"]["pattern"]
+    assert (re.fullmatch(pattern, value) is not None) == taken
+    if taken:
+        events._after(_request(value))
+    else:
+        with pytest.raises(ClientRequestError):
+            events._after(_request(value))

@@ -1,7 +1,7 @@
-"""``client_form.hashes_to``: a long message is hashed on the work threads the pages also
-run on (``proxy.work_threads``), never on the loop's default executor (a query embedding and
-DNS lookups run there), and "long" counts every text the canonical form writes, a tool
-call's arguments too."""
+"""``client_form.hashes_to``: a long message is hashed on the hash threads
+(``proxy.work_threads.HASHES``), never on the loop's default executor (a query embedding and
+DNS lookups run there) nor behind the page threads' greps, and "long" counts every text the
+canonical form writes, a tool call's arguments too."""
 
 from __future__ import annotations
 
@@ -77,21 +77,22 @@ async def test_a_short_message_is_hashed_on_the_loop(monkeypatch: pytest.MonkeyP
     assert on_main == [True]
 
 
-async def test_a_long_hash_runs_on_the_work_threads_the_pages_run_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """One pool of two for all the proxy's long CPU work, not a pool each for the store's
-    hashes and the services' pages: each holds the interpreter's lock as it runs."""
-    names: list[str] = []
-    write = client_form.hashes_after
-
-    def hashes_after(prevs: Any, m: Any, target: str) -> bool:
-        names.append(threading.current_thread().name)
-        return write(prevs, m, target)
-
-    monkeypatch.setattr(client_form, "hashes_after", hashes_after)
+async def test_a_long_hash_does_not_queue_behind_a_burst_of_pages() -> None:
+    """A pinned read of a long result (a chat turn's read_tool_output) is hashed while both
+    page threads grep: a burst of greps of megabytes each, which the two run one after
+    another, never holds a hash on the request path until the burst is done."""
+    release = threading.Event()
+    greps = [
+        asyncio.ensure_future(work_threads.off_loop(work_threads.PAGES, release.wait, 5))
+        for _ in range(8)
+    ]
+    await asyncio.sleep(0.05)
     msg = {"role": "tool", "tool_call_id": "c1", "content": LONG}
-    assert await client_form.hashes_to(["p"], msg, chain_hash("p", msg))
-    page = await work_threads.off_loop(lambda: threading.current_thread().name)
-    assert page.startswith(work_threads.THREAD_PREFIX)
-    assert [n.split("_")[0] for n in names] == [work_threads.THREAD_PREFIX]
+    try:
+        ok = await asyncio.wait_for(
+            client_form.hashes_to(["p"], msg, chain_hash("p", msg)), timeout=1.0
+        )
+    finally:
+        release.set()
+        await asyncio.gather(*greps)
+    assert ok

@@ -107,7 +107,7 @@ async def test_a_begun_redaction_every_reader_left_is_joined_by_the_next_read(
 def busy() -> Iterator[threading.Event]:
     """Both page threads held until the event is set: a redaction asked meanwhile is queued."""
     free = threading.Event()
-    held = [work_threads._THREADS.submit(free.wait, 5) for _ in range(2)]
+    held = [work_threads.PAGES.submit(free.wait, 5) for _ in range(2)]
     yield free
     free.set()
     for h in held:

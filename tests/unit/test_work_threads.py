@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from proxy.services import toolloop
-from proxy.work_threads import off_loop
+from proxy.work_threads import PAGES, off_loop
 from tests.unit.raw_reads import stub_reads
 
 
@@ -62,8 +62,8 @@ async def test_a_page_still_queued_when_its_request_is_cancelled_is_never_made()
         made.append(n)
         return n
 
-    running = [asyncio.create_task(off_loop(page, n)) for n in range(2)]
-    queued = asyncio.create_task(off_loop(page, 99))
+    running = [asyncio.create_task(off_loop(PAGES, page, n)) for n in range(2)]
+    queued = asyncio.create_task(off_loop(PAGES, page, 99))
     await asyncio.sleep(0.05)
     queued.cancel()
     await asyncio.sleep(0)
@@ -86,7 +86,7 @@ async def test_a_page_runs_in_its_callers_context_and_raises_to_it() -> None:
         raise ValueError("bad page")
 
     with pytest.raises(ValueError, match="bad page") as raised:
-        await off_loop(page)
+        await off_loop(PAGES, page)
     assert seen == ["req-1"]
     assert raised.traceback[-1].name == "page"  # the page's own frame: its cause
     assert request.get() == "req-1"

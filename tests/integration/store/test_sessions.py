@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from proxy.cascade.types import MEMORY_SUGGESTION
-from proxy.store import memory, messages as msgs, sessions, steps, writes
+from proxy.store import memory_suggestions, messages as msgs, sessions, steps, writes
 from tests.integration.store.helpers import A, T, counts, create_session, make_session, set_head
 
 
@@ -139,7 +139,7 @@ async def test_delete_takes_the_answers_to_the_sessions_memory_suggestions(
             MEMORY_SUGGESTION,
             data,
         )
-        await memory.answer_suggestion(
+        await memory_suggestions.answer_suggestion(
             pool, tenant=tenant, suggestion_id=suggestion_id, answer="rejected"
         )
     assert await sessions.delete_session(pool, tenant=T, session_id="doomed") is True
