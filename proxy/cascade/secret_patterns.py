@@ -29,8 +29,10 @@ from proxy.cascade.secret_code import (
     BUILTIN_TYPE,
     CODE_TYPE,
     GENERIC,
+    HTML_TAG,
     IDENTIFIER,
     NODE_PROPERTIES,
+    RUST_REFERENCED,
     TYPE_END,
 )
 from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
@@ -83,10 +85,26 @@ _VALUE = (
     r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
 )
 _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
-# An angle bracket inside an unquoted value (``Abc<x>yz9!``), never one that begins it (a
-# placeholder: ``<your-token>``) nor a closing tag's (``abc</td>``): cut there, the value's
-# tail stayed.
-_ANGLE = r"(?:<(?![/!?\s<>]|$)|>)"
+# An angle bracket inside an unquoted value (``Abc<x>yz9!``, ``p<a>ss``), never one that
+# begins it (a placeholder: ``<your-token>``) nor a tag's: a closing tag (``abc</td>``), an
+# HTML element's opening one that its closing tag follows on the line (``abc123<b>bold</b>``),
+# or a void element's (``hunter2<br>next``), which a page or a rendered log puts right after
+# a value: read as the value's, it took the visible text after it too. Any other is the
+# value's own: cut there, the value's tail stayed.
+_ANGLE = r"(?:<(?![/!?\s<>]|$|" + HTML_TAG + r")|>)"
+# A YAML flow mapping's value of several words (``{password: Hunter Two, user: app}``): the
+# words after the first, when the next bracket on the line closes the mapping and the words
+# run to its entry's end, that ``}`` or a comma before the next entry's key. Elsewhere a
+# value is one word (``password: wrong for user bob``, prose).
+_WORD = r"[^\s\"',;{}\[\]()<>\\:#]{1,500}+"
+_WORDS = r"(?:[ \t]{1,4}+" + _WORD + r"){1,16}+"
+_FLOW_WORDS = (
+    r"(?:(?=[^(){}\[\]\\\n]{0,256}+\})(?="
+    + _WORDS
+    + r"[ \t]{0,4}+(?:\}|,[ \t]{0,4}+[\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:[ \t]))"
+    + _WORDS
+    + ")?+"
+)
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -117,7 +135,7 @@ _NOT_A_VALUE = (
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + AFTER_COLON + r"\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
-    r"(?!&(?:dyn|impl) [A-Za-z_])"
+    r"(?!&(?:mut |dyn |impl ){1,2}" + RUST_REFERENCED + ")"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
@@ -197,7 +215,9 @@ def _secret_value(block: str) -> str:
         + _ANY_VALUE
         + "|"
         + _ANGLE
-        + r"){0,499})))"
+        + r"){0,499}"
+        + _FLOW_WORDS
+        + ")))"
     )
 
 

@@ -1,0 +1,92 @@
+"""Values the keyed pass read short or long: a flow mapping's value of several words, a value
+after an anchor named like a Rust keyword (``&dyn``), an HTML tag after a value."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+
+PATTERNS = compile_patterns(())
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("{password: Hunter Two, x: y}", f"{{password: {REDACTED}, x: y}}"),
+        ("{password: Hunter Two}", f"{{password: {REDACTED}}}"),
+        (
+            "- {name: prod, api_key: correct horse battery staple, region: eu}",
+            f"- {{name: prod, api_key: {REDACTED}, region: eu}}",
+        ),
+        ("db: {token: a b c , user: app}", f"db: {{token: {REDACTED} , user: app}}"),
+    ],
+)
+def test_a_flow_mappings_value_of_several_words_is_redacted_whole(text: str, kept: str) -> None:
+    out, n = redact(text, PATTERNS)
+    assert (out, n) == (kept, 1)
+    assert redact(out, PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # prose and code: the words after the first are no flow mapping's entry
+        "password: wrong for user bob, retry}",
+        "error: password: wrong for user bob, then {retry}",
+        "function login(password: Secret Thing, user: App)",
+    ],
+)
+def test_words_after_a_value_outside_a_flow_mapping_are_kept(text: str) -> None:
+    out, _ = redact(text, PATTERNS)
+    assert "user bob" in out or "Thing" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("password: &dyn hunter2", f"password: &dyn {REDACTED}"),
+        ("password: &impl hunter2\nuser: app", f"password: &impl {REDACTED}\nuser: app"),
+        ("password: &mut hunter2", f"password: &mut {REDACTED}"),
+        ("token: &dyn !!str hunter2", f"token: &dyn !!str {REDACTED}"),
+        ("password: &dyn 'hunter2'", f"password: &dyn '{REDACTED}'"),
+    ],
+)
+def test_a_value_after_an_anchor_named_like_a_rust_keyword_is_redacted(
+    text: str, kept: str
+) -> None:
+    out, n = redact(text, PATTERNS)
+    assert (out, n) == (kept, 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "    token: &dyn TokenSource,",
+        "fn f(token: &dyn std::io::Read, secret: &impl AsRef<str>) -> bool",
+        "fn f(password: &mut String, token: &mut [u8], secret: &mut dyn Write)",
+        "fn f(token: &mut self) {}",
+    ],
+)
+def test_a_rust_reference_type_is_kept(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("password=hunter2<br>next", f"password={REDACTED}<br>next"),
+        ("password: hunter2<br/>next", f"password: {REDACTED}<br/>next"),
+        ("token=abc123<b>bold</b>", f"token={REDACTED}<b>bold</b>"),
+        ("<td>api_key=s3cr3t<b>new</b></td>", f"<td>api_key={REDACTED}<b>new</b></td>"),
+        ("PASSWORD=p<a>ss>w0rd", f"PASSWORD={REDACTED}"),
+        ("password=hunter2<span class=x>ok</span>", f"password={REDACTED}<span class=x>ok</span>"),
+        # not a tag: the secret's own characters
+        ("password: Abc<x>yz9!", f"password: {REDACTED}"),
+        ("password: pa<bx>ss", f"password: {REDACTED}"),
+    ],
+)
+def test_an_html_tag_after_a_value_is_kept_and_the_value_redacted(text: str, kept: str) -> None:
+    out, n = redact(text, PATTERNS)
+    assert (out, n) == (kept, 1)
+    assert redact(out, PATTERNS) == (out, 0)
