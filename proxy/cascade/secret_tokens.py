@@ -12,27 +12,29 @@ __all__ = ["NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH"]
 # Where a secret begins that no earlier pass redacted (a second pass leaves the first's
 # marks as they are).
 NOT_REDACTED = r"(?!\[REDACTED\])"
-# A URL's port after its host (``:443``), if any.
-_PORT = r"(?::[0-9]{1,5})?"
+# A URL's port after its host (``:443``), if any, its colon %-encoded too.
+_PORT = r"(?:(?::|%3a)[0-9]{1,5})?"
 # A URL's ``://`` and a slash of its path, bare or escaped as JSON text may write them
-# (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string).
+# (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string); a path's slash
+# also escaped again in a JSON string holding that text, a level further down too, or
+# %-encoded (``%2F``: a URL that is a query's parameter, ``?redirect=https%3A%2F%2F…``).
 _URL_START = r"(?:://|:\\/\\/)"
-_SLASH = r"\\?/"
+_SLASH = r"(?:\\{0,7}/|%2f)"
 
 # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
 # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
 # Discord webhook's. Keeps the host and the path's fixed words. Each begins at its
 # host's domain, in any case (``Hooks.Slack.com``), where no host's character is before it
-# (``evil-slack.com`` is another host), with a scheme or without, and its slashes may be
-# escaped as JSON text may write them
+# (``evil-slack.com`` is another host) but an encoded slash's, with a scheme or without,
+# and its slashes may be escaped as JSON text may write them
 # (``https:\/\/api.telegram.org\/bot…``): four literals the scanner finds, so a URL to any
 # other host costs no regex call (a log line holds one or more).
 URL_PATH = (
-    r"(?i)(?<![A-Za-z0-9_\-])(?:telegram\.org"
+    r"(?i)(?:(?<![A-Za-z0-9_\-])|(?<=%2f))(?:telegram\.org"
     + _PORT
     + _SLASH
     + f"(?:file{_SLASH})?bot"
-    + r"(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"(?P<secret>[0-9]{5,16}(?::|%3a)[A-Za-z0-9_\-]{20,256})"
     + r"|slack\.com"
     + _PORT
     + _SLASH
