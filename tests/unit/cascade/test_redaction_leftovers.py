@@ -3,6 +3,8 @@ after an anchor named like a Rust keyword (``&dyn``), an HTML tag after a value.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
@@ -90,3 +92,41 @@ def test_an_html_tag_after_a_value_is_kept_and_the_value_redacted(text: str, kep
     out, n = redact(text, PATTERNS)
     assert (out, n) == (kept, 1)
     assert redact(out, PATTERNS) == (out, 0)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"a": "token: 'x", "b": "y'"},
+        {"n": "password='9,a", "m": ["z'"]},
+        {"note": [{"k": "api_key: '>\\", "user": "a'b"}], "v": "c"},
+        {"x": {"y": "secret: 'q"}, "z": "w'"},
+    ],
+)
+@pytest.mark.parametrize("levels", [1, 2, 3])
+def test_a_single_quoted_value_across_a_strings_end_stays_json(
+    doc: dict[str, object], levels: int
+) -> None:
+    text = json.dumps(doc)
+    for _ in range(levels - 1):
+        text = json.dumps({"l": text})
+    out, n = redact(text, PATTERNS)
+    assert n >= 1
+    inner = json.loads(out)
+    for _ in range(levels - 1):
+        inner = json.loads(inner["l"])
+    assert REDACTED in json.dumps(inner)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("password: 'ab\"c, d'", f"password: '{REDACTED}'"),
+        ("PASSWORD='x\", y'", f"PASSWORD='{REDACTED}'"),
+        ("{'password': 'x y', 'u': 'b'}", f"{{'password': '{REDACTED}', 'u': 'b'}}"),
+    ],
+)
+def test_a_single_quoted_value_holding_a_double_quote_is_redacted_whole(
+    text: str, kept: str
+) -> None:
+    assert redact(text, PATTERNS) == (kept, 1)
