@@ -1,11 +1,12 @@
 """What code writes after a secret's name that is no value, as
 :mod:`proxy.cascade.secret_patterns` reads it: a variable's name (:data:`IDENTIFIER`), a
 builtin, generic or other type (:data:`BUILTIN_TYPE`, :data:`GENERIC`, :data:`CODE_TYPE`),
-an annotation between a key and its ``=`` (:data:`ANNOTATION`), and a YAML node's anchor or tag
-before a value (:data:`NODE_PROPERTIES`). A coding agent reads and
-writes models, interfaces and signatures that name tokens and passwords: redacted, the type's
-name broke the file. A type is read only where code ends it, so a password that merely begins
-with a type's shape is still a secret.
+an annotation between a key and its ``=`` (:data:`ANNOTATION`), a YAML node's anchor or tag
+before a value (:data:`NODE_PROPERTIES`; Rust's references, :data:`RUST_REFERENCED`, are
+none), and an HTML tag that a page puts right after a value (:data:`HTML_TAG`). A coding
+agent reads and writes models, interfaces and signatures that name tokens and passwords:
+redacted, the type's name broke the file. A type is read only where code ends it, so a
+password that merely begins with a type's shape is still a secret.
 """
 
 from __future__ import annotations

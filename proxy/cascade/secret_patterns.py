@@ -14,6 +14,7 @@ from __future__ import annotations
 from proxy.cascade.secret_blocks import (
     BLANK,
     BLOCK,
+    FLOW_WORDS,
     INDICATOR,
     KEY_COLUMN,
     KEYED_BLOCK,
@@ -92,19 +93,6 @@ _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\
 # a value: read as the value's, it took the visible text after it too. Any other is the
 # value's own: cut there, the value's tail stayed.
 _ANGLE = r"(?:<(?![/!?\s<>]|$|" + HTML_TAG + r")|>)"
-# A YAML flow mapping's value of several words (``{password: Hunter Two, user: app}``): the
-# words after the first, when the next bracket on the line closes the mapping and the words
-# run to its entry's end, that ``}`` or a comma before the next entry's key. Elsewhere a
-# value is one word (``password: wrong for user bob``, prose).
-_WORD = r"[^\s\"',;{}\[\]()<>\\:#]{1,500}+"
-_WORDS = r"(?:[ \t]{1,4}+" + _WORD + r"){1,16}+"
-_FLOW_WORDS = (
-    r"(?:(?=[^(){}\[\]\\\n]{0,256}+\})(?="
-    + _WORDS
-    + r"[ \t]{0,4}+(?:\}|,[ \t]{0,4}+[\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:[ \t]))"
-    + _WORDS
-    + ")?+"
-)
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -236,7 +224,7 @@ def _secret_value(block: str) -> str:
         + "|"
         + _ANGLE
         + r"){0,499}"
-        + _FLOW_WORDS
+        + FLOW_WORDS
         + ")))"
     )
 
