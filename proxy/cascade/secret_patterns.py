@@ -161,13 +161,13 @@ _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 # the text was JSON no longer.
 _Q = r"(?:\\{7}|\\{3}|\\)?\""
 _BLANKS = r"(?:\s|\\{1,7}[nrt]){0,32}+"
-# A single-quoted value in JSON text ends at its string's end: one whose quotes hold a
-# string's end and the next entry's key (``"token: 'x", "b": "y'"``) or the end of an object
-# or array and more after it (``"}], …``) is read to its string's closing quote (or an
-# escape), the next string's text kept, so the text stays JSON. No secret holds that.
-_NO_GAP = (
-    r"(?![^'\n]{0,500}?"
-    + _Q
+# A single-quoted value in JSON text ends at its string's end: one whose text runs, with no
+# quote or backslash but a line's or a tab's escape, to a string's end and the next entry's
+# key (``"token: 'x", "b": "y'"``) or the end of an object or array and more after it
+# (``"}], …``) is read to that string's closing quote, the next string's text kept, so the
+# text stays JSON. Any other is read to its closing quote, as before.
+_GAP = (
+    _Q
     + _BLANKS
     + r"(?:,"
     + _BLANKS
@@ -177,7 +177,7 @@ _NO_GAP = (
     + _BLANKS
     + r":|[\]}]"
     + _BLANKS
-    + r"[,\]}]))"
+    + r"(?:[,\]}]|$))"
 )
 _NOT_BETWEEN_STRINGS = (
     r"(?!" + _Q + _BLANKS + r"[,:\]}](?:[\s,:\[\]{}]|\\{1,7}[nrt]){0,64}+" + _Q + ")"
@@ -196,9 +196,9 @@ def _secret_value(block: str) -> str:
         + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
         + _CLOSED
         + r"|[^\"\n]{1,500})\""
-        + r"|'(?:"
-        + _NO_GAP
-        + r"(?P<secret2>[^'\n]{1,500})'|(?P<secret10>[^'\n\"\\]{1,500}))|"
+        + r"|'(?:(?P<secret10>(?:[^'\n\"\\]|\\{1,7}[nrt]){1,500}+)(?="
+        + _GAP
+        + r")|(?P<secret2>[^'\n]{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"

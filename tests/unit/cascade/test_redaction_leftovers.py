@@ -130,3 +130,15 @@ def test_a_single_quoted_value_holding_a_double_quote_is_redacted_whole(
     text: str, kept: str
 ) -> None:
     assert redact(text, PATTERNS) == (kept, 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def unix_getpass(prompt='Password: ', stream=None):",
+        "child.expect('Password:')",
+        'print(json.dumps({"prompt": "Password: "}), \'x\')',
+    ],
+)
+def test_a_prompt_ending_in_a_key_before_a_single_quote_is_kept(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
