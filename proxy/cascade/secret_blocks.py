@@ -1,5 +1,6 @@
 """Values past a secret's key that run beyond one token, as
-:mod:`proxy.cascade.secret_patterns` reads them: a YAML block scalar (``password: |`` then its
+:mod:`proxy.cascade.secret_patterns` reads them: a YAML flow mapping's value of several words
+(:data:`FLOW_WORDS`); a YAML block scalar (``password: |`` then its
 indented lines: :data:`BLOCK`, its indicator and its lines, in bare text or JSON text, a level
 down too, plain, in a numbered file view or in a unified diff); a whole string holding JSON or
 longer than a quoted value's bound (:data:`WHOLE_STRING`); and a value between quotes escaped
@@ -12,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "BLANK",
     "BLOCK",
+    "FLOW_WORDS",
     "INDICATOR",
     "KEYED_BLOCK",
     "KEY_COLUMN",
@@ -191,3 +193,17 @@ TWICE_ESCAPED = r'\\\\\\"(?P<secret8>(?:(?:\\){8}|(?:\\){7}"|\\{0,7}[^"\\\n]){1,
 # The same a level down, between quotes escaped thrice (seven backslashes): the value's own
 # quote is fifteen, its own backslash sixteen.
 THRICE_ESCAPED = r'\\{7}"(?P<secret9>(?:\\{16}|\\{15}"|\\{0,15}[^"\\\n]){1,500}?)\\{7}"'
+
+# A YAML flow mapping's value of several words (``{password: Hunter Two, user: app}``): the
+# words after the first, when the next bracket on the line closes the mapping and the words
+# run to its entry's end, that ``}`` or a comma before the next entry's key. Elsewhere a
+# value is one word (``password: wrong for user bob``, prose).
+_WORD = r"[^\s\"',;{}\[\]()<>\\:#]{1,500}+"
+_WORDS = r"(?:[ \t]{1,4}+" + _WORD + r"){1,16}+"
+FLOW_WORDS = (
+    r"(?:(?=[^(){}\[\]\\\n]{0,256}+\})(?="
+    + _WORDS
+    + r"[ \t]{0,4}+(?:\}|,[ \t]{0,4}+[\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:[ \t]))"
+    + _WORDS
+    + ")?+"
+)

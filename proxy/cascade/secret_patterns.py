@@ -14,6 +14,7 @@ from __future__ import annotations
 from proxy.cascade.secret_blocks import (
     BLANK,
     BLOCK,
+    FLOW_WORDS,
     INDICATOR,
     KEY_COLUMN,
     KEYED_BLOCK,
@@ -29,8 +30,10 @@ from proxy.cascade.secret_code import (
     BUILTIN_TYPE,
     CODE_TYPE,
     GENERIC,
+    HTML_TAG,
     IDENTIFIER,
     NODE_PROPERTIES,
+    RUST_REFERENCED,
     TYPE_END,
 )
 from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
@@ -83,10 +86,13 @@ _VALUE = (
     r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\&]|&(?!" + _FORM_KEY + "=))"
 )
 _ANY_VALUE = r"(?:(?:\\\\){1,250}+(?!\\\")|\\(?![nrt\"\\])|[^\s\"',;{}\[\]()<>\\])"
-# An angle bracket inside an unquoted value (``Abc<x>yz9!``), never one that begins it (a
-# placeholder: ``<your-token>``) nor a closing tag's (``abc</td>``): cut there, the value's
-# tail stayed.
-_ANGLE = r"(?:<(?![/!?\s<>]|$)|>)"
+# An angle bracket inside an unquoted value (``Abc<x>yz9!``, ``p<a>ss``), never one that
+# begins it (a placeholder: ``<your-token>``) nor a tag's: a closing tag (``abc</td>``), an
+# HTML element's opening one that its closing tag follows on the line (``abc123<b>bold</b>``),
+# or a void element's (``hunter2<br>next``), which a page or a rendered log puts right after
+# a value: read as the value's, it took the visible text after it too. Any other is the
+# value's own: cut there, the value's tail stayed.
+_ANGLE = r"(?:<(?![/!?\s<>]|$|" + HTML_TAG + r")|>)"
 _FORM_PAIR = r"[A-Za-z0-9_.%\-\]]="
 _IN_FORM = r"(?<=" + _FORM_PAIR + ")"
 
@@ -117,7 +123,7 @@ _NOT_A_VALUE = (
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + AFTER_COLON + r"\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
-    r"(?!&(?:dyn|impl) [A-Za-z_])"
+    r"(?!&(?:mut |dyn |impl ){1,2}" + RUST_REFERENCED + ")"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
@@ -155,6 +161,24 @@ _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 # the text was JSON no longer.
 _Q = r"(?:\\{7}|\\{3}|\\)?\""
 _BLANKS = r"(?:\s|\\{1,7}[nrt]){0,32}+"
+# A single-quoted value in JSON text ends at its string's end: one whose text runs, with no
+# quote or backslash but a line's or a tab's escape, to a string's end and the next entry's
+# key (``"token: 'x", "b": "y'"``) or the end of an object or array and more after it
+# (``"}], …``) is read to that string's closing quote, the next string's text kept, so the
+# text stays JSON. Any other is read to its closing quote, as before.
+_GAP = (
+    _Q
+    + _BLANKS
+    + r"(?:,"
+    + _BLANKS
+    + _Q
+    + r"[^\"\n]{0,64}?"
+    + _Q
+    + _BLANKS
+    + r":|[\]}]"
+    + _BLANKS
+    + r"(?:[,\]}]|$))"
+)
 _NOT_BETWEEN_STRINGS = (
     r"(?!" + _Q + _BLANKS + r"[,:\]}](?:[\s,:\[\]{}]|\\{1,7}[nrt]){0,64}+" + _Q + ")"
 )
@@ -172,7 +196,9 @@ def _secret_value(block: str) -> str:
         + r"\"(?P<secret>(?:[^\"\\\n]|\\[^\n]){1,500}"
         + _CLOSED
         + r"|[^\"\n]{1,500})\""
-        + r"|'(?P<secret2>[^'\n]{1,500})'|"
+        + r"|'(?:(?P<secret10>(?:[^'\n\"\\]|\\{1,7}[nrt]){1,500}+)(?="
+        + _GAP
+        + r")|(?P<secret2>[^'\n]{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
@@ -197,7 +223,9 @@ def _secret_value(block: str) -> str:
         + _ANY_VALUE
         + "|"
         + _ANGLE
-        + r"){0,499})))"
+        + r"){0,499}"
+        + FLOW_WORDS
+        + ")))"
     )
 
 

@@ -12,27 +12,30 @@ __all__ = ["NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH"]
 # Where a secret begins that no earlier pass redacted (a second pass leaves the first's
 # marks as they are).
 NOT_REDACTED = r"(?!\[REDACTED\])"
-# A URL's port after its host (``:443``), if any.
-_PORT = r"(?::[0-9]{1,5})?"
+# A URL's port after its host (``:443``), if any, its colon %-encoded too.
+_PORT = r"(?:(?::|%3a)[0-9]{1,5})?"
 # A URL's ``://`` and a slash of its path, bare or escaped as JSON text may write them
-# (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string).
-_URL_START = r"(?:://|:\\/\\/)"
-_SLASH = r"\\?/"
+# (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string), or escaped again
+# in a JSON string holding that text (``:\\/\\/``, PHP's ``:\\\/\\\/``, a level further down
+# too: one literal, ``:\\``, for them all); a path's slash also %-encoded (``%2F``: a URL that
+# is a query's parameter, ``?redirect=https%3A%2F%2F…``).
+_URL_START = r"(?:://|:\\/\\/|:\\\\\\{0,6}/\\{2,8}/)"
+_SLASH = r"(?:\\{0,7}/|%2f)"
 
 # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
 # slack-webhook-url; trufflehog's discordwebhook): a Telegram bot's token, a Slack or
 # Discord webhook's. Keeps the host and the path's fixed words. Each begins at its
 # host's domain, in any case (``Hooks.Slack.com``), where no host's character is before it
-# (``evil-slack.com`` is another host), with a scheme or without, and its slashes may be
-# escaped as JSON text may write them
+# (``evil-slack.com`` is another host) but an encoded slash's, with a scheme or without,
+# and its slashes may be escaped as JSON text may write them
 # (``https:\/\/api.telegram.org\/bot…``): four literals the scanner finds, so a URL to any
 # other host costs no regex call (a log line holds one or more).
 URL_PATH = (
-    r"(?i)(?<![A-Za-z0-9_\-])(?:telegram\.org"
+    r"(?i)(?:(?<![A-Za-z0-9_\-])|(?<=%2f))(?:telegram\.org"
     + _PORT
     + _SLASH
     + f"(?:file{_SLASH})?bot"
-    + r"(?P<secret>[0-9]{5,16}:[A-Za-z0-9_\-]{20,256})"
+    + r"(?P<secret>[0-9]{5,16}(?::|%3a)[A-Za-z0-9_\-]{20,256})"
     + r"|slack\.com"
     + _PORT
     + _SLASH
@@ -87,6 +90,19 @@ SHAPED: tuple[str, ...] = (
     r"xox(?<![\w-]xox)[baprs]-[A-Za-z0-9\-]{10,250}",
     # Google API keys.
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
+    # A private key's PEM block in base64, as a Kubernetes Secret's data holds it
+    # (``tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t…``, ``-----BEGIN PRIVATE KEY-----``),
+    # to its end however long; a certificate's (``…BDRVJUSUZJQ0FURS0tLS0t``) is kept. It
+    # begins past its first two characters (``LS`` read behind, kept), its kinds read ahead:
+    # one literal that begins with a digit, which the scanner finds at no cost on prose,
+    # where one beginning ``LS0`` (a letter) slowed every text's scan.
+    r"0tLS1CRUdJTiB(?<=(?<![A-Za-z0-9+/])LS0tLS1CRUdJTiB)(?=QUklWQVRF|SU0EgUFJJVkFURS"
+    r"|FQyBQUklWQVRF|PUEVOU1NIIFBSSVZBVEU|EU0EgUFJJVkFURS|FTkNSWVBURUQgUFJJVkFURS"
+    r"|QR1AgUFJJVkFURS)[A-Za-z0-9+/]*+={0,2}",
+    # A registry's credentials, a Docker config in base64 (``{"auths":``), as a Kubernetes
+    # Secret's ``.dockerconfigjson`` holds it: its ``auth`` entries are ``user:password``.
+    # It begins at the JSON Web Token's literal, the rest read ahead.
+    r"eyJ(?<![A-Za-z0-9+/]eyJ)(?=hdXRocyI6)[A-Za-z0-9+/]*+={0,2}",
     # JSON Web Tokens (header.payload.signature, base64url).
     r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_\-]{5,4096}\.eyJ[A-Za-z0-9_\-]{5,8192}\.[A-Za-z0-9_\-]{0,4096}",
     # Secrets that are a URL's path, and a URL's password.

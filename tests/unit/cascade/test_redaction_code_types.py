@@ -47,7 +47,7 @@ def test_a_type_is_no_secret(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "kept"),
     [  # a value that is no type's shape is still a secret
-        ("password: Hunter2<br>", f"password: {REDACTED}"),
+        ("password: Hunter2<br>", f"password: {REDACTED}<br>"),
         ("token: abc<def>", f"token: {REDACTED}"),
         ("Password: theagentcompany<", f"Password: {REDACTED}<"),
         ('authToken: Observable<string> = "s3cr3t-v4lue"', None),

@@ -33,12 +33,16 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("npm_",),
         ("xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"),
         ("AIza",),
+        # a private key's PEM block in base64 (each kind read ahead), a Docker config in base64
+        ("0tLS1CRUdJTiB",),
+        ("eyJ",),
         ("eyJ",),
         # a URL path's secret (Telegram, Slack, Discord): from its host's domain
         ("discord.com", "discordapp.com", "slack.com", "telegram.org"),
-        ("://", ":\\/\\/"),
+        # a URL's password, its slashes bare or escaped once or more
+        ("://", ":\\/\\/", ":\\\\"),
         ("bearer\t", "bearer "),
-        starts[17],
+        starts[19],
         ("authorization",),
         # a secret keyed by its sibling, its key also in words (``"label": "API Key"``; the
         # keyed pass's ``secret`` begins ``secret key``)
@@ -53,13 +57,13 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         starts[-1],
         starts[-1],
     ]
-    assert starts[17] == ("secret",)  # its ``aws`` read behind: the keyed pass's literal
+    assert starts[19] == ("secret",)  # its ``aws`` read behind: the keyed pass's literal
     assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
         starts[-1]
     )
     assert [plan_of(p).folded for p in PATTERNS].count(True) == 8
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
-    assert plan_of(PATTERNS[15]).keys == {"://": None, ":\\/\\/": None}
+    assert plan_of(PATTERNS[17]).keys == {"://": None, ":\\/\\/": None, ":\\\\": None}
     # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
     scanner = scanner_for(PATTERNS)
     # At most 64: past that the automaton gives up its packed (SIMD) search and reads a text

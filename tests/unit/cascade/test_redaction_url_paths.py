@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import quote
 
 import pytest
 
@@ -151,3 +152,41 @@ def test_a_url_path_secret_without_a_scheme_is_redacted_and_another_hosts_is_kep
         f"https://mydiscord.com/api/webhooks/{_DISCORD}",
     ):
         assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        (f"https://api.telegram.org/bot{_TELEGRAM}/getMe", _TELEGRAM),
+        (f"https://hooks.slack.com/services/{_SLACK}", _SLACK),
+        (f"https://discord.com/api/webhooks/{_DISCORD}", _DISCORD.split("/")[1]),
+    ],
+)
+def test_a_url_path_secret_in_json_inside_json_with_escaped_slashes_is_redacted(
+    url: str, secret: str, levels: int
+) -> None:
+    text = json.dumps({"url": url}).replace("/", "\\/")  # PHP's json_encode
+    for _ in range(levels - 1):
+        text = json.dumps({"l": text})
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and secret.split("/")[-1] not in out
+    inner = json.loads(out)
+    for _ in range(levels - 1):
+        inner = json.loads(inner["l"])
+    assert REDACTED in inner["url"] and inner["url"].startswith("https://")
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        (f"https://api.telegram.org/bot{_TELEGRAM}/getMe", _TELEGRAM),
+        (f"https://hooks.slack.com/services/{_SLACK}", _SLACK),
+        (f"https://discord.com/api/webhooks/{_DISCORD}", _DISCORD.split("/")[1]),
+    ],
+)
+def test_a_url_path_secret_percent_encoded_is_redacted(url: str, secret: str) -> None:
+    text = "GET /login?next=" + quote(url, safe="") + "&x=1"
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and quote(secret, safe="").split("%2F")[-1] not in out
+    assert out.endswith("&x=1") and "%2Fbot" in out or "services" in out or "webhooks" in out

@@ -1,0 +1,106 @@
+"""Secrets as agents' tools print them with no key the keyed pass reads: a Kubernetes Secret's
+base64 data (a private key's PEM block, a registry's Docker config), a URL's password in JSON
+inside JSON whose slashes are escaped."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+
+PATTERNS = compile_patterns(())
+_PEM = (
+    "-----BEGIN {}-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END {}-----\n"
+)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "PRIVATE KEY",
+        "RSA PRIVATE KEY",
+        "EC PRIVATE KEY",
+        "OPENSSH PRIVATE KEY",
+        "DSA PRIVATE KEY",
+        "ENCRYPTED PRIVATE KEY",
+        "PGP PRIVATE KEY BLOCK",
+    ],
+)
+def test_a_private_keys_pem_block_in_base64_is_redacted(kind: str) -> None:
+    blob = _b64(_PEM.format(kind, kind))
+    text = f"apiVersion: v1\ndata:\n  tls.crt: x\n  tls.key: {blob}\nkind: Secret\n"
+    # ``LS`` (``--``) is kept: the pattern begins past it
+    assert redact(text, PATTERNS) == (text.replace(blob, "LS" + REDACTED), 1)
+    quoted = f'{{"data": {{"tls.key": "{blob}"}}}}'
+    assert redact(quoted, PATTERNS) == (quoted.replace(blob, "LS" + REDACTED), 1)
+
+
+def test_a_docker_config_in_base64_is_redacted() -> None:
+    config = '{"auths":{"registry.example.com":{"auth":"' + _b64("admin:hunter2") + '"}}}'
+    blob = _b64(config)
+    text = f"data:\n  .dockerconfigjson: {blob}\ntype: kubernetes.io/dockerconfigjson"
+    assert redact(text, PATTERNS) == (text.replace(blob, REDACTED), 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"  tls.crt: {_b64(_PEM.format('CERTIFICATE', 'CERTIFICATE'))}",
+        f"  public: {_b64('-----BEGIN PUBLIC KEY-----')}",
+        "  config: " + _b64('{"kind": "Config"}'),
+        "xLS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t",
+    ],
+)
+def test_a_certificate_a_public_key_or_other_base64_is_kept(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "LS0tLS1CRUdJTiBQUklWQVRF" * 10_000,
+        "eyJhdXRocyI6" * 20_000,
+        "0tLS1CRUdJTiB" * 20_000,
+        ":\\\\" * 50_000,
+        ":\\\\/" * 30_000,
+        "://" + "a1" * 50_000 + "@",
+    ],
+)
+def test_those_shapes_are_read_in_linear_time(hostile: str) -> None:
+    start = time.process_time()  # CPU time: other processes on the machine do not count
+    redact(hostile, PATTERNS)
+    assert time.process_time() - start < 0.2
+
+
+@pytest.mark.parametrize("php", [False, True])
+@pytest.mark.parametrize("levels", [2, 3])
+def test_a_urls_password_in_json_inside_json_with_escaped_slashes_is_redacted(
+    levels: int, php: bool
+) -> None:
+    text = json.dumps({"u": "postgres://app:hunter2@db:5432/x"}).replace("/", "\\/")
+    for _ in range(levels - 1):
+        text = json.dumps({"l": text})
+        if php:  # PHP's json_encode escapes every slash
+            text = text.replace("/", "\\/")
+    out, n = redact(text, PATTERNS)
+    assert n == 1 and "hunter2" not in out
+    inner = json.loads(out)
+    for _ in range(levels - 1):
+        inner = json.loads(inner["l"])
+    assert inner == {"u": f"postgres://app:{REDACTED}@db:5432/x"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"path": "C:\\\\Users\\\\me\\\\token.txt"}', "C:\\\\\\\\server\\\\share", ":\\\\/x"],
+)
+def test_a_windows_path_after_a_colon_is_kept(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
