@@ -85,8 +85,9 @@ def install_middleware(
 
 _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
 _DEPLOYMENTS = (
-    "; the proxy serves no Azure deployment path: call /v1/chat/completions, with the "
-    "SDK's OpenAI client (AzureOpenAI puts a chat or an embeddings call under /deployments/)"
+    "; of Azure's paths the proxy serves the chat alone, "
+    "/openai/deployments/<deployment>/chat/completions (give AzureOpenAI the proxy's origin "
+    "as its azure_endpoint); call the others under /v1/, with the SDK's OpenAI client"
 )
 
 
@@ -118,7 +119,8 @@ def install_error_handlers(app: FastAPI) -> None:
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
             message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
-            if "/deployments/" in request.url.path:  # where the SDK's AzureOpenAI puts a chat
+            path = request.url.path  # where the SDK's AzureOpenAI puts its calls
+            if "/deployments/" in path or "/openai/" in path:
                 message += _DEPLOYMENTS
         elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
             allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")

@@ -66,20 +66,6 @@ def test_the_proxys_own_key_goes_in_place_of_a_clients_api_key(
     assert sent["authorization"] == "Bearer sk-the-proxys-own-key-0123"
 
 
-def test_an_azure_clients_chat_is_told_the_path_the_proxy_serves(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
-) -> None:
-    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
-    client = openai.AzureOpenAI(
-        base_url=proxy.url, api_key=CLIENT_KEY, api_version="2024-10-21", max_retries=0
-    )
-    with pytest.raises(openai.NotFoundError) as missing:
-        client.chat.completions.create(**_CHAT)  # type: ignore[call-overload]
-    assert "/v1/deployments/gpt-fake/chat/completions" in missing.value.message
-    assert "call /v1/chat/completions, with the SDK's OpenAI client" in missing.value.message
-    assert not fake_upstream.requests
-
-
 def test_clients_with_different_api_keys_and_no_bearer_are_different_tenants(
     start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
