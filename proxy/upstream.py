@@ -41,7 +41,7 @@ from proxy.answers import (
     scrubbed,
 )
 from proxy.config import ProviderConfig
-from proxy.credentials import CLIENT_KEY_HEADER, scrub_text, sent_secrets
+from proxy.credentials import CLIENT_KEY_HEADERS, scrub_text, sent_secrets
 from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.logs import without_credentials
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
@@ -62,9 +62,9 @@ __all__ = [
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-beta", "user-agent")
-_CLIENT_KEY_HEADERS = ("authorization", CLIENT_KEY_HEADER)
-"""Where a client's key comes (``Authorization``, or Azure's ``api-key``), forwarded as it came
-when the provider has no key of the proxy's (``apiKeyEnv``)."""
+_CLIENT_KEY_HEADERS = ("authorization", *CLIENT_KEY_HEADERS)
+"""Where a client's key comes (``Authorization``, Azure's ``api-key``, ``x-api-key``),
+forwarded as it came when the provider has no key of the proxy's (``apiKeyEnv``)."""
 OWN_KEY_HEADERS = ("openai-organization", "openai-project")
 """Headers that pick among the organisations and projects of the credential they ride with:
 forwarded only beside the client's own key, never with the proxy's key (or a
