@@ -100,8 +100,7 @@ def install_error_handlers(app: FastAPI) -> None:
         status, body = exception_body(exc)
         logged = getattr(exc, "log_message", None) or body["error"]["message"]
         _log_error(request, status, exc, logged)
-        # a 401 names its scheme, as the gate's does (auth.ProxyAuth), whoever raised it
-        return JSONResponse(body, status, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
+        return JSONResponse(body, status, _domain_headers(status, exc))
 
     async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
         _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
@@ -165,6 +164,14 @@ def install_error_handlers(app: FastAPI) -> None:
     }
     for cls, handler in handlers.items():
         app.add_exception_handler(cls, handler)
+
+
+def _domain_headers(status: int, exc: Exception) -> dict[str, str] | None:
+    """A 401 names its scheme, as the gate's does (``auth.ProxyAuth``), whoever raised it; an
+    error that says when to retry (``ServerBusy``'s 503) says it in ``Retry-After``."""
+    if retry := getattr(exc, "retry_after", None):
+        return {"Retry-After": str(retry)}
+    return {"WWW-Authenticate": "Bearer"} if status == 401 else None
 
 
 def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:
