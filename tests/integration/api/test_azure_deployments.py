@@ -88,4 +88,8 @@ def test_an_azure_client_given_the_v1_url_is_told_the_endpoint_to_give(
     message = missing.value.message
     assert "/v1/deployments/gpt-fake/chat/completions" in message
     assert "give AzureOpenAI the proxy's origin as its azure_endpoint" in message
+    with pytest.raises(openai.NotFoundError) as other:  # Azure's other paths: the v1 ones
+        _azure(proxy.origin).embeddings.create(model="emb", input="hi")
+    assert "/openai/deployments/emb/embeddings" in other.value.message
+    assert "call the others under /v1/" in other.value.message
     assert not fake_upstream.requests
