@@ -49,6 +49,7 @@ class AnswerBudget:
         self.limit = limit
         self.held = 0
         self._freed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop
 
     def busy(self) -> bool:
         """Whether the budget is spent: a new whole answer would have no room."""
@@ -76,7 +77,7 @@ class AnswerBudget:
                     "answer arrived; it was closed unread: retry shortly, or stream"
                 )
             if self._freed is None:
-                self._freed = asyncio.Event()
+                self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
             try:
                 await asyncio.wait_for(self._freed.wait(), left)
             except TimeoutError:
@@ -84,11 +85,20 @@ class AnswerBudget:
         self.held += size
 
     def give(self, size: int) -> None:
-        """Give ``size`` bytes back, waking every answer that waits for room."""
+        """Give ``size`` bytes back, waking every answer that waits for room: on the waiters'
+        loop, since a finalizer (``Lease.tie``) may run on whatever thread collects."""
         self.held = max(0, self.held - size)
         freed, self._freed = self._freed, None
-        if freed is not None:
+        if freed is None or self._loop is None:
+            return
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self._loop:
             freed.set()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(freed.set)
 
 
 class Lease:

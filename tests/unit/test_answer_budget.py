@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
 
 import httpx
 import pytest
@@ -88,3 +90,21 @@ async def test_no_budget_counts_nothing() -> None:
     )
     assert budget.held == 0 and len(answer.content) == 3002  # type: ignore[attr-defined]
     await upstream.client.aclose()
+
+
+async def test_room_given_on_another_thread_wakes_the_waiting_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A finalizer may give an answer's bytes back on whatever thread collects it."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 2.0)
+    budget = AnswerBudget(100)
+    await budget.take(80)
+    waiting = asyncio.create_task(budget.take(50))
+    await asyncio.sleep(0.05)
+    # given while the loop sleeps: it must be woken, not find the room at its next turn
+    timer = threading.Timer(0.05, budget.give, args=(80,))
+    started = time.monotonic()
+    timer.start()
+    await asyncio.wait_for(waiting, 1.0)
+    timer.join()
+    assert budget.held == 50 and time.monotonic() - started < 0.5
