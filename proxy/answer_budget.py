@@ -3,11 +3,12 @@
 Each whole answer is capped on its own (``answers.MAX_ANSWER_BYTES``, an embeddings answer's
 ``MAX_EMBEDDINGS_BYTES``), but many large ones at once could still take all the memory the
 process has: parsed, an answer holds several times its bytes. So every whole answer read
-(``answers.read_capped``: a chat asked unstreamed, a model list, an embeddings answer, a
-fast model's summary, a provider's error body) takes its bytes from one budget as they
-arrive (``Lease.grow``) and gives them back when the proxy is done with the answer: its
-object is freed (``Lease.tie``), or its read fails. Streams are relayed as they arrive and
-hold only an event at a time, so they take nothing.
+(``answers.read_capped``: a chat asked unstreamed, a model list, an embeddings answer, a fast
+model's summary asked unstreamed, a provider's error body) takes its bytes from one budget as
+they arrive (``Lease.grow``) and gives them back when the proxy is done with the answer: its
+object is freed (``Lease.tie``), or its read fails. Streams are relayed as they arrive and hold
+only an event at a time, so they take nothing (a summary read from a stream is built in its
+accumulator, bounded as a relayed reply is, and takes nothing either).
 
 ``CASCADE_MAX_HELD_ANSWER_BYTES`` sets the budget (``limit``; 0 turns it off), which the
 app's ``Upstream`` keeps. Over it:
