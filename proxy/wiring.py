@@ -9,6 +9,7 @@ exception to its status and body are read, and changed, in one place.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -83,6 +84,7 @@ def install_middleware(
     app.add_middleware(AccessLog)
 
 
+_AZURE_ROOT = re.compile(r"(?:/s/[^/]+)?/openai/")  # an azure_endpoint's paths, not a model id's
 _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
 _DEPLOYMENTS = (
     "; of Azure's paths the proxy serves the chat alone, "
@@ -119,7 +121,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
             message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
             path = request.url.path  # where the SDK's AzureOpenAI puts its calls
-            if "/deployments/" in path or "/openai/" in path:
+            if "/deployments/" in path or _AZURE_ROOT.match(path):
                 message += _DEPLOYMENTS
         elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
             allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")

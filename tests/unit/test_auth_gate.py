@@ -182,3 +182,9 @@ async def test_a_keyless_clients_api_key_header_is_the_key_the_paying_gate_asks_
     async with httpx.AsyncClient(transport=httpx.ASGITransport(gate), base_url="http://p") as http:
         assert (await http.get("/v1/things", headers={header: "azure-key"})).status_code == 200
         assert (await http.get("/v1/things", headers={header: "  "})).status_code == 401
+
+
+def test_every_client_key_header_has_its_refusals_words() -> None:
+    from proxy import auth
+
+    assert set(auth._IN_KEY_HEADER) == {h.encode() for h in CLIENT_KEY_HEADERS}

@@ -92,4 +92,7 @@ def test_an_azure_client_given_the_v1_url_is_told_the_endpoint_to_give(
         _azure(proxy.origin).embeddings.create(model="emb", input="hi")
     assert "/openai/deployments/emb/embeddings" in other.value.message
     assert "call the others under /v1/" in other.value.message
+    with httpx.Client(base_url=proxy.origin, headers={"api-key": KEY}) as http:
+        unserved = http.get("/v1/models/openai/%2E%2E/files")  # a model id's "openai/"
+    assert unserved.status_code == 404 and "Azure" not in unserved.text, unserved.text
     assert not fake_upstream.requests
