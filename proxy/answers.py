@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from proxy.answer_budget import AnswerBudget, Lease
 from proxy.config import ProviderConfig
 from proxy.credentials import scrub_bytes, scrub_text, sent_secrets
 from proxy.errors import UpstreamBadResponse
@@ -71,7 +72,7 @@ _KEPT_BACK = frozenset(("openai-organization", "openai-project"))
 _DECODER = json.JSONDecoder()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Answer:
     """A provider's whole (non-streamed) answer: status, headers and the decoded body (an
     error's with the credential the call sent scrubbed, ``scrubbed``). ``request`` is the
@@ -215,21 +216,38 @@ def size_text(cap: int) -> str:
 
 
 async def read_capped(
-    resp: httpx.Response, provider: ProviderConfig, cap: int | None, hint: str = ASK_FOR_LESS
+    resp: httpx.Response,
+    provider: ProviderConfig,
+    cap: int | None,
+    hint: str = ASK_FOR_LESS,
+    lease: Lease | None = None,
 ) -> bytes:
     """``resp``'s body, read as it arrives; past ``cap`` bytes (None: no cap) the
     ``over_cap`` 502 (saying ``hint``), the rest left unread for the caller's close to drop
-    with its connection. A break is the 502 of a body that broke off (``mapped_errors``)."""
-    with mapped_errors(provider, answered=resp.status_code):
-        if cap is None:
-            return await resp.aread()
-        parts: list[bytes] = []
-        size = 0
-        async for part in resp.aiter_bytes():
-            size += len(part)
-            if size > cap:
-                raise over_cap(provider, resp.status_code, "a body", cap, hint)
-            parts.append(part)
+    with its connection. A break is the 502 of a body that broke off (``mapped_errors``).
+    With ``lease``, each piece takes its bytes from the lease's budget first (a 503 when
+    none frees up: ``answer_budget``), and a budget smaller than ``cap`` is the cap; a read
+    that fails gives them back, one that succeeds leaves them to the caller's lease."""
+    limit = lease.budget.limit if lease is not None else 0
+    if limit > 0 and (cap is None or limit < cap):
+        cap, hint = limit, "the proxy's budget for whole answers, CASCADE_MAX_HELD_ANSWER_BYTES"
+    try:
+        with mapped_errors(provider, answered=resp.status_code):
+            if cap is None and lease is None:
+                return await resp.aread()
+            parts: list[bytes] = []
+            size = 0
+            async for part in resp.aiter_bytes():
+                size += len(part)
+                if cap is not None and size > cap:
+                    raise over_cap(provider, resp.status_code, "a body", cap, hint)
+                if lease is not None:
+                    await lease.grow(len(part))
+                parts.append(part)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -237,8 +255,14 @@ class StreamAnswer:
     """A provider's answer whose body is read as it arrives; ``aclose`` it when done."""
 
     def __init__(
-        self, resp: httpx.Response, provider: ProviderConfig, timer: UpstreamTimer | None = None
+        self,
+        resp: httpx.Response,
+        provider: ProviderConfig,
+        timer: UpstreamTimer | None = None,
+        budget: AnswerBudget | None = None,
     ) -> None:
+        """``budget``: what a body read whole (``aread``) takes its bytes from."""
+        self._budget = budget
         self._resp = resp
         self._provider = provider
         self._timer = timer
@@ -262,8 +286,11 @@ class StreamAnswer:
         """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
         an error's without the credential the call sent (``scrubbed``)."""
         if self._body is None:  # read once: a second reader (the relay of one looked at) gets it
-            body = await read_capped(self._resp, self._provider, cap)
+            lease = Lease(self._budget) if self._budget is not None else None
+            body = await read_capped(self._resp, self._provider, cap, lease=lease)
             self._body = scrubbed(self.status_code, body, self._resp.request)
+            if lease is not None:
+                lease.tie(self)
         return self._body
 
     @property

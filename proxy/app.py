@@ -25,7 +25,8 @@ from fastapi.routing import iter_route_contexts
 from starlette.responses import Response
 
 from proxy import __version__
-from proxy.api import chat, events, health, memory, openapi, sessions
+from proxy.answer_budget import AnswerBudget
+from proxy.api import azure, chat, events, health, memory, openapi, sessions
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
 from proxy.bus_listen import through_pooler
@@ -210,7 +211,11 @@ def create_app(
             bus = EventBus(pool, listen, source, pooled=through_pooler(settings, listen))
             stack.push_async_callback(bus.stop)
             await bus.start()  # a listener that cannot connect is a refusal naming its URL
-            upstream = Upstream(client, proxy_for=provider.proxy_for if provider else None)
+            upstream = Upstream(
+                client,
+                proxy_for=provider.proxy_for if provider else None,
+                budget=AnswerBudget(settings.max_held_answer_bytes),
+            )
             count, cost = build_counters(settings.tokenizer or None)
             # First-use costs paid before the replica is ready, not in its first requests.
             warm_process(holder.current, count, provider)
@@ -281,6 +286,7 @@ def create_app(
     # follow it with their Authorization. A trailing slash is an OpenAI-shaped 404.
     app.router.redirect_slashes = False
     app.router.routes.extend(chat.routes)
+    app.router.routes.extend(azure.routes)  # Azure's deployment chat path (AzureOpenAI)
     app.router.routes.extend(ui_routes)  # the console (proxy/ui)
     app.add_api_route(
         "/metrics",
@@ -305,10 +311,11 @@ def create_app(
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, plus the chat routes (plain Starlette routes it does not see),
-    its 422s the 400s the proxy answers (``proxy.api.openapi``)."""
+    """FastAPI's document, plus the chat routes and Azure's (plain Starlette routes it does
+    not see), its 422s the 400s the proxy answers (``proxy.api.openapi``)."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         schema["paths"].update(chat.OPENAPI_PATHS)
+        schema["paths"].update(azure.OPENAPI_PATHS)
         app.openapi_schema = openapi.amend(schema)
     return app.openapi_schema

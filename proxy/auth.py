@@ -55,7 +55,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import AuthKeyConfig, Config
 from proxy.config_watch import ConfigHolder
-from proxy.credentials import CLIENT_KEY_HEADER
 from proxy.errors import PermissionDenied, Unauthorized, error_body
 from proxy.session_id import bearer_token
 
@@ -100,10 +99,12 @@ OPERATIONAL_PATHS = frozenset(
 """Need a proxy key when there are keys, but no bearer in pass-through mode."""
 
 _MISSING = "missing or unknown API key: send 'Authorization: Bearer <proxy key>'"
-_IN_API_KEY = (
-    "; an api-key header holds no proxy key (AzureOpenAI sends one: give it the proxy key "
-    "as azure_ad_token, or use the OpenAI client)"
-)
+_IN_KEY_HEADER = {
+    b"api-key": "; an api-key header holds no proxy key (AzureOpenAI sends one: give it the "
+    "proxy key as azure_ad_token, or use the OpenAI client)",
+    b"x-api-key": "; an x-api-key header holds no proxy key: send the proxy key as "
+    "'Authorization: Bearer <proxy key>'",
+}
 _REVOKED = (
     "this proxy key was removed from the config (or given to another tenant) while the "
     "request waited for its session or its compaction; nothing was sent or compacted for it"
@@ -264,11 +265,12 @@ class ProxyAuth:
         if cfg.auth.keys:
             key = match_key(token, cfg, self.env)
             if key is None:  # an AzureOpenAI client sends its key where no proxy key goes
-                return _MISSING + (_IN_API_KEY if _header(scope, _CLIENT_KEY) else "")
+                return _MISSING + "".join(h for n, h in _IN_KEY_HEADER.items() if _header(scope, n))
             scope[PROXY_KEY], scope[_JUDGED_UNDER] = key, cfg
             return None
         # keyless, any key the client sent is its own: one in Azure's ``api-key`` header too
-        token = token or (_header(scope, _CLIENT_KEY) or "").strip().encode("latin-1")
+        sent = ((_header(scope, n) or "").strip() for n in _IN_KEY_HEADER)
+        token = token or next((k.encode("latin-1") for k in sent if k), b"")
         if self.require_keys:
             return (
                 "this proxy listens on a non-loopback address and its config has no "
@@ -332,9 +334,6 @@ class ProxyAuth:
                     host,
                 )
         return exposed
-
-
-_CLIENT_KEY = CLIENT_KEY_HEADER.encode()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

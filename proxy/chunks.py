@@ -19,6 +19,7 @@ from proxy.sse import DONE, encode_event, is_map, usage_of
 
 __all__ = [
     "MAX_OWN_FIELDS",
+    "PROMPT_FILTERS",
     "StreamAccumulator",
     "completion_to_chunks",
     "index_of",
@@ -28,6 +29,10 @@ __all__ = [
 MAX_OWN_FIELDS = 32 << 20
 """The most a choice's own fields of the provider hold (``OwnFields``), in characters unless
 the caller says: a whole non-streamed answer's cap (``answers.MAX_ANSWER_BYTES``)."""
+
+PROMPT_FILTERS = "prompt_filter_results"
+"""Azure's content filter results for the prompt: a whole answer's top-level field, and its
+stream's in an opening chunk of no choices."""
 
 
 @dataclass(slots=True)
@@ -301,7 +306,9 @@ def _choice_frames(index: int, choice: Mapping[str, Any]) -> list[dict[str, Any]
 def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[bytes]:
     """Encode a ``chat.completion`` as the SSE frames a streaming client expects, then DONE.
 
-    Per choice: a role frame, a frame of the message's other fields (a provider's own, as a
+    A completion's ``prompt_filter_results`` (Azure's content filter's word on the prompt)
+    opens the stream in a frame of no choices, where Azure's own streams carry it. Per
+    choice: a role frame, a frame of the message's other fields (a provider's own, as a
     delta carries them), a content frame (with the choice's ``logprobs``, else the finish
     frame has them), a refusal frame, per tool call a frame with index/id/name (its text
     arguments ``""`` there, as OpenAI's, and the call's own fields, a thought signature)
@@ -320,6 +327,8 @@ def completion_to_chunks(completion: Mapping[str, Any], *, include_usage: bool) 
         if completion.get(key) is not None:
             base[key] = completion[key]
     frames: list[bytes] = []
+    if (filters := completion.get("prompt_filter_results")) is not None:
+        frames.append(encode_event({**base, "choices": [], PROMPT_FILTERS: filters}))
     for pos, choice in enumerate(completion.get("choices") or []):
         index = index_of(choice, pos)
         for c in _choice_frames(index, choice):

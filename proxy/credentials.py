@@ -1,14 +1,14 @@
 """The credential a provider call sent, and its scrubbing from what the provider answered.
 
-Some providers quote the key they were sent in an error (``Incorrect API key provided:
-sk-…``). The proxy sends one ``Authorization`` per call (the provider's ``apiKeyEnv`` key, the
-client's token forwarded, or the Basic header of a baseUrl's user:password; a client's
-``api-key`` header, forwarded too; a key in the client's query), and ``Upstream`` keeps it
-with the answer (``Answer.scrub``, ``StreamAnswer.scrub``): every provider error the
-proxy surfaces, relayed to the client, logged, put in an event or stored, is scrubbed of it
-first (``scrub_text``, ``scrub_bytes``): its token, the token's JSON-escaped spellings, and
-for Basic the ``user:password`` and the password it encodes become ``[REDACTED]`` (a JSON
-body whose other escapes spell one is written again, ``answers.scrubbed``).
+Some providers quote the key they were sent in an error (``Incorrect API key provided: sk-…``).
+The proxy sends one ``Authorization`` per call (the provider's ``apiKeyEnv`` key, the client's
+token forwarded, or the Basic header of a baseUrl's user:password; a client's ``api-key`` or
+``x-api-key`` header, forwarded too; a key in the client's query), and ``Upstream`` keeps it
+with the answer (``Answer.scrub``, ``StreamAnswer.scrub``): every provider error the proxy
+surfaces, relayed to the client, logged, put in an event or stored, is scrubbed of it first
+(``scrub_text``, ``scrub_bytes``): its token, the token's JSON-escaped spellings, and for Basic
+the ``user:password`` and the password it encodes become ``[REDACTED]`` (a JSON body whose other
+escapes spell one is written again, ``answers.scrubbed``).
 
 A credential shorter than ``MIN_SECRET_CHARS`` is left alone: no real key is that short, the
 placeholders clients send a keyless local server are ("EMPTY", "none", "x"), and those are
@@ -21,7 +21,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import httpx
 
@@ -29,9 +29,11 @@ from proxy.cascade.redaction import REDACTED
 
 __all__ = [
     "CLIENT_KEY_HEADER",
+    "CLIENT_KEY_HEADERS",
     "CREDENTIAL_PARAM",
     "CREDENTIAL_WORDS",
     "MIN_SECRET_CHARS",
+    "client_keys",
     "header_secrets",
     "query_key_sent",
     "scrub_bytes",
@@ -51,6 +53,12 @@ CLIENT_KEY_HEADER = "api-key"
 """The header Azure OpenAI takes a key in, which its SDK's ``AzureOpenAI`` client sends in
 place of ``Authorization``: a client's key as its ``Authorization`` is, forwarded as it came
 (``Upstream``) and scrubbed from what the provider answers (README Decisions)."""
+CLIENT_KEY_HEADERS = (CLIENT_KEY_HEADER, "x-api-key")
+"""The headers a client's key comes in beside ``Authorization``: Azure's ``api-key`` and
+``x-api-key`` (Anthropic's, and several gateways'). Each is a client's key as its
+``Authorization`` is: forwarded in the header it came in when the provider has no key of
+the proxy's, kept back with proxy keys, scrubbed from what the provider answers, and one of
+its sender's tenant credentials (README Decisions)."""
 _REDACTED_BYTES = REDACTED.encode()
 _SCHEMES = frozenset({"bearer", "basic"})
 
@@ -115,12 +123,18 @@ def sent_authorization(request: httpx.Request | None) -> str | None:
     return sent
 
 
+def client_keys(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The keys ``headers`` carry in ``CLIENT_KEY_HEADERS``, stripped, in that order; a
+    blank one is none."""
+    return tuple(k for n in CLIENT_KEY_HEADERS if (k := (headers.get(n) or "").strip()))
+
+
 def header_secrets(request: httpx.Request | None) -> tuple[str, ...]:
     """The credentials a call's headers carried, as its provider may quote them: its
-    ``Authorization``'s (``secrets_of``) and its ``api-key``, a bare key."""
+    ``Authorization``'s (``secrets_of``) and its ``api-key`` or ``x-api-key``, bare keys."""
     found = secrets_of(sent_authorization(request))
-    key = request.headers.get(CLIENT_KEY_HEADER) if request is not None else None
-    return _spellings((*found, key.strip())) if key and key.strip() else found
+    keys = client_keys(request.headers) if request is not None else ()
+    return _spellings((*found, *keys)) if keys else found
 
 
 CREDENTIAL_PARAM = re.compile(rf"{CREDENTIAL_WORDS}|^code$", re.IGNORECASE)

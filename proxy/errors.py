@@ -13,6 +13,7 @@
       │   ├ UpstreamBadResponse (502: the provider answered, unusably)
       │   └ CompactionFailed (502: a forced compaction got no usable briefing)
       ├ UpstreamTimeout (504)
+      ├ ServerBusy (503: whole answers hold the proxy's budget; ``Retry-After``)
       ├ ClientDisconnected (499: the client went away before its answer; only logged)
       └ ConfigError (config.py; never reaches a client)
 
@@ -46,6 +47,7 @@ __all__ = [
     "UpstreamTimeout",
     "ClientDisconnected",
     "SessionBusy",
+    "ServerBusy",
     "ContextLengthExceeded",
     "error_body",
 ]
@@ -172,6 +174,17 @@ class UpstreamTimeout(ProxyError):
     status_code = 504
     type = "upstream_error"
     code = "upstream_timeout"
+
+
+class ServerBusy(ProxyError):
+    """The whole answers the proxy holds have spent its budget (``proxy.answer_budget``):
+    a 503 the SDKs retry after ``retry_after`` seconds, which the response's
+    ``Retry-After`` says."""
+
+    status_code = 503
+    type = "server_error"
+    code = "server_busy"
+    retry_after = "1"
 
 
 class ClientDisconnected(ProxyError):

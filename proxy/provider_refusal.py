@@ -30,11 +30,11 @@ from __future__ import annotations
 import html
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from proxy.config import ProviderConfig
-from proxy.credentials import CLIENT_KEY_HEADER, query_key_sent
+from proxy.credentials import CLIENT_KEY_HEADERS, query_key_sent
 from proxy.jsonio import dumps, loads_json
 from proxy.provider_errors import provider_name
 from proxy.sse import BOM
@@ -133,13 +133,16 @@ def _whose(provider: ProviderConfig, request: httpx.Request | None) -> str:
 
 
 def _header_whose(provider: ProviderConfig, request: httpx.Request | None) -> str | None:
-    """Whose credential the call's ``Authorization`` (or a client's ``api-key``) was, or
+    """Whose credential the call's ``Authorization`` (or a client's ``api-key`` or
+    ``x-api-key``) was, or
     None when it had none."""
     if provider.own_key(os.environ):
         return "the proxy's own key for it, which its operator sets (apiKeyEnv)"
     sent = request.headers.get("authorization") if request is not None else None
-    if request is not None and request.headers.get(CLIENT_KEY_HEADER):
-        return f"the key the client sent in its {CLIENT_KEY_HEADER} header, which it forwards"
+    headers: Mapping[str, str] = request.headers if request is not None else {}
+    for name in CLIENT_KEY_HEADERS:
+        if headers.get(name):
+            return f"the key the client sent in its {name} header, which it forwards"
     if not sent:
         return None
     if sent == basic_auth(provider.base_url):

@@ -236,25 +236,28 @@ def query_credential(query: Iterable[tuple[str, str]]) -> str:
 
 
 def tenant_from_bearer(
-    authorization: str | None, query: Iterable[tuple[str, str]] = (), api_key: str | None = None
+    authorization: str | None,
+    query: Iterable[tuple[str, str]] = (),
+    api_keys: Iterable[str] = (),
 ) -> str:
     """Pass-through tenant: ``t-`` + 24 hex of sha256(the request's credentials);
     ``anonymous`` without one.
 
     The credentials are the bearer token (a header without the ``Bearer`` scheme whole), the
-    client's ``api_key`` header (``AzureOpenAI`` sends its key there, forwarded as a bearer
-    is) and the values of ``query``'s credential parameters (:func:`query_credential`: the query
-    goes upstream, so a client may pay its provider with one), each once, one a line. All of
-    them, not the bearer alone: an SDK needs an ``api_key``, so a client paying with a key in
-    the query sends a placeholder bearer (``EMPTY``) that every such client shares. One key
-    is one tenant whichever way it is sent, or both ways. The tokens themselves are never
+    client's ``api_keys``, its ``api-key`` and ``x-api-key`` headers' (``AzureOpenAI`` sends its
+    key in the first, Anthropic's clients and some gateways' in the second, each forwarded as a
+    bearer is) and the values of ``query``'s credential parameters (:func:`query_credential`:
+    the query goes upstream, so a client may pay its provider with one), each once, one a line.
+    All of them, not the bearer alone: an SDK needs an ``api_key``, so a client paying with a
+    key in the query sends a placeholder bearer (``EMPTY``) that every such client shares. One
+    key is one tenant whichever way it is sent, or both ways. The tokens themselves are never
     stored; the hash only scopes data to whoever holds them.
     """
     token = bearer_token(authorization)
     if token is None and authorization is not None:
         token = authorization.strip()
     found: list[str] = [token] if token else []
-    for value in [(api_key or "").strip(), *_query_credentials(query)]:
+    for value in [*(k.strip() for k in api_keys), *_query_credentials(query)]:
         if value and value not in found:
             found.append(value)
     if not found:

@@ -3,7 +3,8 @@
 A gateway that always streams answers a non-streamed call with an event stream of chunks;
 ``stream_completion`` builds the ``chat.completion`` they make, as a relayed stream's reply
 is built (``chunks.StreamAccumulator``), with what a whole answer carries that a stored
-reply does not: each choice's ``logprobs`` and the ``service_tier``. Pure: no I/O.
+reply does not: each choice's ``logprobs``, the ``service_tier``, and Azure's
+``prompt_filter_results`` (its stream's opening chunk carries them). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.chunks import StreamAccumulator, index_of
+from proxy.chunks import PROMPT_FILTERS, StreamAccumulator, index_of
 from proxy.sse import (
     BOM,
     FIELDS,
@@ -47,7 +48,7 @@ def stream_completion(body: bytes) -> dict[str, Any] | None:
     splitter = EventSplitter()
     acc, done = StreamAccumulator(), False
     logprobs: dict[int, dict[str, Any]] = {}
-    tier = None
+    tier = filters = None
     for event in [*splitter.feed(body.removeprefix(BOM)), splitter.flush()]:
         if is_done(event):
             done = True
@@ -61,6 +62,7 @@ def stream_completion(body: bytes) -> dict[str, Any] | None:
             return dict(chunk)
         acc.add(chunk)
         tier = tier if tier is not None else chunk.get("service_tier")
+        filters = filters if filters is not None else chunk.get(PROMPT_FILTERS)
         _gather_logprobs(chunk, logprobs)
     finished = all(acc.finish_reason(i) is not None for i in acc.indices)
     if not acc.indices or not (done or finished):
@@ -68,6 +70,8 @@ def stream_completion(body: bytes) -> dict[str, Any] | None:
     built = acc.to_completion()
     if tier is not None:
         built["service_tier"] = tier
+    if filters is not None:
+        built[PROMPT_FILTERS] = filters
     for choice in built["choices"]:
         choice["logprobs"] = logprobs.get(choice["index"])
     return built

@@ -17,7 +17,8 @@ transport, and the relayed headers never carry ``content-encoding`` or ``content
 (``response_headers`` names what is relayed); any other encoding is a 502 naming it. A whole
 answer is read up to ``max_bytes`` when the caller sets one (a chat completion's and a model
 list's ``MAX_ANSWER_BYTES``, an embeddings answer's ``MAX_EMBEDDINGS_BYTES``), past which it
-is a 502 too and its connection closed.
+is a 502 too and its connection closed; every whole answer takes its bytes from the app's
+budget as well (``proxy.answer_budget``: a 503 ``server_busy`` when it is spent).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from proxy.answer_budget import AnswerBudget, Lease
 from proxy.answers import (
     ASK_FOR_LESS,
     RELAY_RESPONSE_HEADERS,
@@ -41,7 +43,7 @@ from proxy.answers import (
     scrubbed,
 )
 from proxy.config import ProviderConfig
-from proxy.credentials import CLIENT_KEY_HEADER, scrub_text, sent_secrets
+from proxy.credentials import CLIENT_KEY_HEADERS, scrub_text, sent_secrets
 from proxy.errors import ProxyError, UpstreamBadResponse
 from proxy.logs import without_credentials
 from proxy.provider_errors import POOL_WAIT_SECONDS, mapped_errors, provider_name
@@ -62,9 +64,9 @@ __all__ = [
 # Request headers a client may send that providers care about; everything else is dropped
 # (hop-by-hop headers, the client's Host, and our own X-Session-Id).
 _FORWARD_REQUEST_HEADERS = ("openai-beta", "user-agent")
-_CLIENT_KEY_HEADERS = ("authorization", CLIENT_KEY_HEADER)
-"""Where a client's key comes (``Authorization``, or Azure's ``api-key``), forwarded as it came
-when the provider has no key of the proxy's (``apiKeyEnv``)."""
+_CLIENT_KEY_HEADERS = ("authorization", *CLIENT_KEY_HEADERS)
+"""Where a client's key comes (``Authorization``, Azure's ``api-key``, ``x-api-key``),
+forwarded as it came when the provider has no key of the proxy's (``apiKeyEnv``)."""
 OWN_KEY_HEADERS = ("openai-organization", "openai-project")
 """Headers that pick among the organisations and projects of the credential they ride with:
 forwarded only beside the client's own key, never with the proxy's key (or a
@@ -143,9 +145,12 @@ class Upstream:
         client: httpx.AsyncClient | None = None,
         env: Mapping[str, str] | None = None,
         proxy_for: Callable[[httpx.URL], str | None] | None = None,
+        budget: AnswerBudget | None = None,
     ) -> None:
         """``proxy_for`` is the transport's choice of egress proxy for a URL
-        (``ProviderTransport.proxy_for``), so that a 502 says which proxy failed."""
+        (``ProviderTransport.proxy_for``), so that a 502 says which proxy failed; ``budget``
+        the bytes whole answers may hold at once (none: no budget)."""
+        self.budget = budget if budget is not None else AnswerBudget()
         self.client = client if client is not None else build_client()
         self._env = env if env is not None else os.environ
         self._proxy_for = proxy_for
@@ -308,7 +313,10 @@ class Upstream:
     ) -> Answer:
         """One whole answer; transport failures become 502/504, a body over ``max_bytes``
         (None: no cap) a 502 naming the cap and saying ``over_hint`` (``read_capped``).
-        ``model`` names the call in its metrics and span only."""
+        ``model`` names the call in its metrics and span only. A spent budget is the 503
+        before anything is sent (``answer_budget``)."""
+        self.budget.refuse_if_busy()
+        lease = Lease(self.budget)
         # The request's upstream time: send to the answer's last byte.
         timer = UpstreamTimer(provider.name, path, model, method)
         status = None
@@ -326,7 +334,7 @@ class Upstream:
             )
             status = resp.status_code
             try:
-                body = await read_capped(resp, provider, max_bytes, over_hint)
+                body = await read_capped(resp, provider, max_bytes, over_hint, lease)
             finally:
                 await resp.aclose()
         except asyncio.CancelledError:
@@ -339,7 +347,9 @@ class Upstream:
         finally:
             timer.stop(status, cancelled=cancelled, failure=failure)
         code = resp.status_code
-        return Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
+        answer = Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
+        lease.tie(answer)  # its bytes are the budget's until the answer is freed
+        return answer
 
     async def open_stream(
         self,
@@ -373,4 +383,4 @@ class Upstream:
             )
             raise
         timer.first_byte()  # the wait for the provider, as the overhead counts it, ends here
-        return StreamAnswer(resp, provider, timer)
+        return StreamAnswer(resp, provider, timer, self.budget)

@@ -9,6 +9,7 @@ exception to its status and body are read, and changed, in one place.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -83,10 +84,12 @@ def install_middleware(
     app.add_middleware(AccessLog)
 
 
+_AZURE_ROOT = re.compile(r"(?:/s/[^/]+)?/openai/")  # an azure_endpoint's paths, not a model id's
 _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
 _DEPLOYMENTS = (
-    "; the proxy serves no Azure deployment path: call /v1/chat/completions, with the "
-    "SDK's OpenAI client (AzureOpenAI puts a chat or an embeddings call under /deployments/)"
+    "; of Azure's paths the proxy serves the chat alone, "
+    "/openai/deployments/<deployment>/chat/completions (give AzureOpenAI the proxy's origin "
+    "as its azure_endpoint); call the others under /v1/, with the SDK's OpenAI client"
 )
 
 
@@ -99,8 +102,7 @@ def install_error_handlers(app: FastAPI) -> None:
         status, body = exception_body(exc)
         logged = getattr(exc, "log_message", None) or body["error"]["message"]
         _log_error(request, status, exc, logged)
-        # a 401 names its scheme, as the gate's does (auth.ProxyAuth), whoever raised it
-        return JSONResponse(body, status, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
+        return JSONResponse(body, status, _domain_headers(status, exc))
 
     async def invalid_id(request: Request, exc: InvalidSessionId) -> JSONResponse:
         _log_error(request, 400, exc, exc.for_log())  # the client gets the value, not the log
@@ -118,7 +120,8 @@ def install_error_handlers(app: FastAPI) -> None:
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
             message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
-            if "/deployments/" in request.url.path:  # where the SDK's AzureOpenAI puts a chat
+            path = request.url.path  # where the SDK's AzureOpenAI puts its calls
+            if "/deployments/" in path or _AZURE_ROOT.match(path):
                 message += _DEPLOYMENTS
         elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
             allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")
@@ -163,6 +166,14 @@ def install_error_handlers(app: FastAPI) -> None:
     }
     for cls, handler in handlers.items():
         app.add_exception_handler(cls, handler)
+
+
+def _domain_headers(status: int, exc: Exception) -> dict[str, str] | None:
+    """A 401 names its scheme, as the gate's does (``auth.ProxyAuth``), whoever raised it; an
+    error that says when to retry (``ServerBusy``'s 503) says it in ``Retry-After``."""
+    if retry := getattr(exc, "retry_after", None):
+        return {"Retry-After": str(retry)}
+    return {"WWW-Authenticate": "Bearer"} if status == 401 else None
 
 
 def _log_error(request: Request, status: int, exc: BaseException, message: str) -> None:

@@ -47,12 +47,14 @@ from proxy.services.prep_wait import Prepared, PrepWait
 from proxy.session_id import derive_session_id, named_session_id
 from proxy.upstream import response_headers
 
-__all__ = ["router", "routes", "OPENAPI_PATHS"]
+__all__ = ["chat", "chat_operation", "router", "routes", "OPENAPI_PATHS"]
 
 router = APIRouter()
 
 
-async def _chat(request: Request, path_id: str | None) -> Response:
+async def chat(request: Request, path_id: str | None, deployment: str | None = None) -> Response:
+    """A chat completion, on the session ``path_id`` names if any; ``deployment`` (an Azure
+    deployment path's name, ``proxy.api.azure``) is the body's model, as Azure reads it."""
     state = request.state
     cfg = state.config.current
     tenant = tenant_of(request, cfg)
@@ -74,6 +76,8 @@ async def _chat(request: Request, path_id: str | None) -> Response:
     )
     check_body(body, state.chat.bodies.checked(key, body))
     state.chat.bodies.mark_checked(key, body)
+    if deployment is not None:  # a new top-level dict: the parsed one stays the cache's
+        body = {**body, "model": deployment}
     rt = route(cfg, body)
     check_agent(request.scope, rt.agent)
     named_id = early_id or named_session_id(path_id=None, header_id=None, body=body)
@@ -105,11 +109,11 @@ async def _chat(request: Request, path_id: str | None) -> Response:
 
 
 async def chat_completions(request: Request) -> Response:
-    return await _chat(request, None)
+    return await chat(request, None)
 
 
 async def session_chat_completions(request: Request) -> Response:
-    return await _chat(request, session_path_id(request))
+    return await chat(request, session_path_id(request))
 
 
 routes = [
@@ -118,7 +122,7 @@ routes = [
 ]
 
 
-def _chat_operation(session: bool) -> dict[str, Any]:
+def chat_operation(session: bool) -> dict[str, Any]:
     message = {
         "type": "object",
         "required": ["role"],
@@ -172,8 +176,8 @@ def _chat_operation(session: bool) -> dict[str, Any]:
 
 
 OPENAPI_PATHS: dict[str, Any] = {
-    "/v1/chat/completions": {"post": _chat_operation(False)},
-    "/s/{session_id}/v1/chat/completions": {"post": _chat_operation(True)},
+    "/v1/chat/completions": {"post": chat_operation(False)},
+    "/s/{session_id}/v1/chat/completions": {"post": chat_operation(True)},
 }
 """The chat routes' entries in ``/openapi.json`` (``routes`` are invisible to FastAPI)."""
 

@@ -19,7 +19,7 @@ from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder
-from proxy.credentials import CLIENT_KEY_HEADER
+from proxy.credentials import CLIENT_KEY_HEADERS, client_keys
 from proxy.errors import ClientRequestError, PayloadTooLarge, ProxyError, Unauthorized
 from proxy.jsonio import TooDeep, loads_exact, values_count
 from proxy.requestlog import note_session
@@ -85,8 +85,8 @@ def tenant_of(request: Request, cfg: Config) -> str:
         return str(let_in.tenant)
     auth = request.headers.get("authorization")
     if not cfg.auth.keys:
-        api_key = request.headers.get(CLIENT_KEY_HEADER)
-        return tenant_from_bearer(auth, request.query_params.multi_items(), api_key)
+        keys = client_keys(request.headers)
+        return tenant_from_bearer(auth, request.query_params.multi_items(), keys)
     key = match_key((bearer_token(auth) or "").encode("latin-1", "replace"), cfg, os.environ)
     if key is None:
         raise Unauthorized("missing or unknown API key: send 'Authorization: Bearer <proxy key>'")
@@ -98,14 +98,15 @@ BIGINT_MAX = 2**63 - 1
 """The largest offset or id PostgreSQL takes (bigint): past it a 400, not a 500."""
 
 
-_KEY_HEADERS = frozenset(("authorization", CLIENT_KEY_HEADER))
+_KEY_HEADERS = frozenset(("authorization", *CLIENT_KEY_HEADERS))
 
 
 def upstream_headers(request: Request, cfg: Config) -> Mapping[str, str]:
     """The client's headers as the provider may see them. With proxy keys configured the
     client's bearer token is the proxy's own secret, so it never leaves: the provider gets
     its ``apiKeyEnv`` key, or no credentials when that is unset (a keyless local server). A
-    client's ``api-key`` (``AzureOpenAI``'s) stays back alike: it may hold the proxy key."""
+    client's ``api-key`` (``AzureOpenAI``'s) or ``x-api-key`` stays back alike: it may hold
+    the proxy key."""
     if not cfg.auth.keys:
         return request.headers
     return {k: v for k, v in request.headers.items() if k not in _KEY_HEADERS}

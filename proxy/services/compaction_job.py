@@ -2,8 +2,8 @@
 
 ``job_for`` resolves, once per compaction, what the work needs from the config: the provider
 and fast model to ask, the fast model's window, the ``summarize`` block, the client's key
-header (``Authorization`` or ``api-key``, the only one forwarded), and the memory promotion
-settings.
+header (``Authorization``, ``api-key`` or ``x-api-key``, the only ones forwarded), and the
+memory promotion settings.
 
 ``summarise`` asks the fast model for the briefing of a planned span: the prompt is cut to
 the fast model's own window, an unusable answer is retried (at most ``summarize.maxAttempts``
@@ -35,7 +35,7 @@ from proxy.cascade.summary import build_prompt, build_reflect_prompt, needs_refl
 from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
-from proxy.credentials import CLIENT_KEY_HEADER
+from proxy.credentials import CLIENT_KEY_HEADERS
 from proxy.services.fastmodel import (
     TOO_LONG,
     answer_data,
@@ -104,9 +104,9 @@ class CompactionJob:
     started for; the request (hard) or the next one (soft) measures again."""
 
 
-_KEPT_HEADERS = frozenset({"authorization", CLIENT_KEY_HEADER, *OWN_KEY_HEADERS})
-"""The client's headers a compaction's fast-model call keeps: its key (its bearer, or
-Azure's ``api-key``), and beside it the
+_KEPT_HEADERS = frozenset({"authorization", *CLIENT_KEY_HEADERS, *OWN_KEY_HEADERS})
+"""The client's headers a compaction's fast-model call keeps: its key (its bearer,
+Azure's ``api-key``, an ``x-api-key``), and beside it the
 organisation and project it picks (``Upstream`` drops those with the provider's own key)."""
 
 

@@ -16,6 +16,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from proxy.auth import ProxyAuth
 from proxy.config import parse_config
 from proxy.config_watch import ConfigHolder
+from proxy.credentials import CLIENT_KEY_HEADERS
 
 ENV = {"PROXY_KEY": "proxy-secret", "METRICS_KEY": "metrics-secret", "PAID": "sk-paid"}
 
@@ -155,22 +156,35 @@ async def test_without_keys_a_request_on_a_non_loopback_address_is_refused(
     assert await _get_on(allowed, "10.1.2.3") == 200
 
 
-async def test_a_proxy_key_in_an_api_key_header_is_refused_saying_where_it_goes() -> None:
+@pytest.mark.parametrize("header", CLIENT_KEY_HEADERS)
+async def test_a_proxy_key_in_an_api_key_header_is_refused_saying_where_it_goes(
+    header: str,
+) -> None:
     keyed, _ = _gate({"auth": {"keys": [{"keyEnv": "PROXY_KEY", "tenant": "t"}]}})
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(keyed), base_url="http://proxy"
     ) as http:
-        refused = await http.get("/v1/things", headers={"api-key": "proxy-secret"})
+        refused = await http.get("/v1/things", headers={header: "proxy-secret"})
         plain = await http.get("/v1/things")
     assert refused.status_code == plain.status_code == 401
-    assert "an api-key header holds no proxy key" in refused.json()["error"]["message"]
+    assert f"an {header} header holds no proxy key" in refused.json()["error"]["message"]
     assert "api-key" not in plain.json()["error"]["message"]
 
 
-async def test_a_keyless_clients_api_key_header_is_the_key_the_paying_gate_asks_for() -> None:
-    """Without proxy keys, an ``AzureOpenAI`` client's ``api-key`` is a key of its own, as a
-    bearer is: a provider the proxy's key pays for lets it through; a blank one is none."""
+@pytest.mark.parametrize("header", CLIENT_KEY_HEADERS)
+async def test_a_keyless_clients_api_key_header_is_the_key_the_paying_gate_asks_for(
+    header: str,
+) -> None:
+    """Without proxy keys, an ``AzureOpenAI`` client's ``api-key`` (or a client's
+    ``x-api-key``) is a key of its own, as a bearer is: a provider the proxy's key pays for
+    lets it through; a blank one is none."""
     gate, _ = _gate({"providers": {"openai": {"baseUrl": "http://h/v1", "apiKeyEnv": "PAID"}}})
     async with httpx.AsyncClient(transport=httpx.ASGITransport(gate), base_url="http://p") as http:
-        assert (await http.get("/v1/things", headers={"api-key": "azure-key"})).status_code == 200
-        assert (await http.get("/v1/things", headers={"api-key": "  "})).status_code == 401
+        assert (await http.get("/v1/things", headers={header: "azure-key"})).status_code == 200
+        assert (await http.get("/v1/things", headers={header: "  "})).status_code == 401
+
+
+def test_every_client_key_header_has_its_refusals_words() -> None:
+    from proxy import auth
+
+    assert set(auth._IN_KEY_HEADER) == {h.encode() for h in CLIENT_KEY_HEADERS}

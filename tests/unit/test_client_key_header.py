@@ -1,4 +1,5 @@
-"""A client's ``api-key`` header (``AzureOpenAI``'s) is one of its keys: what a call sent
+"""A client's ``api-key`` header (``AzureOpenAI``'s), or its ``x-api-key`` (Anthropic's, and
+several gateways'), is one of its keys: what a call sent
 and a refusal scrubs, no key of its query, and, with proxy keys, no header the provider
 gets (it may hold the proxy key)."""
 
@@ -53,3 +54,19 @@ def test_without_proxy_keys_an_api_key_header_is_its_senders_tenant() -> None:
     assert both not in (one, placeholder, "anonymous")
     same = {"authorization": f"Bearer {KEY}", "api-key": KEY}
     assert tenant_of(_request(same), keyless) == one
+
+
+def test_an_x_api_key_header_is_a_key_as_an_api_key_header_is() -> None:
+    """Sent in ``x-api-key``, a client's key is a credential the call sent (scrubbed), stays
+    back with proxy keys, and is its sender's tenant as the same key in ``api-key`` is."""
+    call = httpx.Request("POST", "http://p/v1/chat/completions", headers={"x-api-key": KEY})
+    assert KEY in header_secrets(call) and not query_key_sent(call)
+    sent = {"x-api-key": KEY, "authorization": "Bearer proxy-key-123456", "user-agent": "x"}
+    keyed = parse_config({"auth": {"keys": [{"keyEnv": "K", "tenant": "t"}]}})
+    assert dict(upstream_headers(_request(sent), keyed)) == {"user-agent": "x"}
+    keyless = parse_config({})
+    assert upstream_headers(_request(sent), keyless)["x-api-key"] == KEY
+    one = tenant_of(_request({"x-api-key": KEY}), keyless)
+    assert one == tenant_of(_request({"api-key": KEY}), keyless) != "anonymous"
+    assert one != tenant_of(_request({"x-api-key": "another-key-987654"}), keyless)
+    assert tenant_of(_request({"x-api-key": " "}), keyless) == "anonymous"

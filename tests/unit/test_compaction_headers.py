@@ -37,3 +37,15 @@ def test_a_compaction_on_the_providers_key_carries_neither() -> None:
     sent = _sent({"CASCADE_TEST_KEY": "sk-operator"})
     assert sent["authorization"] == "Bearer sk-operator"
     assert "openai-organization" not in sent and "openai-project" not in sent
+
+
+def test_a_compaction_on_a_clients_x_api_key_carries_it() -> None:
+    """A client paying with an ``x-api-key`` (as with Azure's ``api-key``) pays for its
+    compactions with it too: dropped, the fast model's call went keyless."""
+    cfg = parse_config({"providers": {"openai": {}}}, {})
+    headers = {"x-api-key": "client-key-0123456", "x-session-id": "s"}
+    job = job_for(
+        cfg, tenant="t", session_id="s", agent="default", model="m", headers=headers, trigger="t"
+    )
+    sent = Upstream(env={})._headers(job.provider, job.headers)
+    assert sent["x-api-key"] == "client-key-0123456" and "authorization" not in sent

@@ -127,12 +127,14 @@ def test_every_route_naming_a_session_refuses_another_agents(
             continue
         if context.path.endswith("/embeddings"):
             continue
-        path = re.sub(r"\{[^}]+\}", "x1", context.path.replace("{session_id}", "coder-run"))
+        path = context.path.replace("{session_id}", "coder-run")
+        path = path.replace("{deployment}", "reviewer")  # Azure's chat: the model, allowed
+        path = re.sub(r"\{[^}]+\}", "x1", path)
         for method in sorted(set(context.methods or ()) - {"HEAD"}):
             body = {"model": "reviewer", "messages": [{"role": "user", "content": "hi"}]}
             _assert_agent_not_allowed(limited.request(method, path, json=body))
             checked.add((method, context.path))
-    assert len(checked) == 9, checked  # the session API's 8, and the session's chat
+    assert len(checked) == 10, checked  # the session API's 8, and the session's two chats
     assert len(fake_upstream.requests) == sent
 
 

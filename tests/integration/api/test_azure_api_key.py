@@ -66,20 +66,6 @@ def test_the_proxys_own_key_goes_in_place_of_a_clients_api_key(
     assert sent["authorization"] == "Bearer sk-the-proxys-own-key-0123"
 
 
-def test_an_azure_clients_chat_is_told_the_path_the_proxy_serves(
-    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
-) -> None:
-    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
-    client = openai.AzureOpenAI(
-        base_url=proxy.url, api_key=CLIENT_KEY, api_version="2024-10-21", max_retries=0
-    )
-    with pytest.raises(openai.NotFoundError) as missing:
-        client.chat.completions.create(**_CHAT)  # type: ignore[call-overload]
-    assert "/v1/deployments/gpt-fake/chat/completions" in missing.value.message
-    assert "call /v1/chat/completions, with the SDK's OpenAI client" in missing.value.message
-    assert not fake_upstream.requests
-
-
 def test_clients_with_different_api_keys_and_no_bearer_are_different_tenants(
     start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
@@ -96,3 +82,26 @@ def test_clients_with_different_api_keys_and_no_bearer_are_different_tenants(
         assert [s["id"] for s in one.get("/v1/sessions").json()["data"]] == ["mine"]
         assert two.get("/v1/sessions").json()["data"] == []
         assert two.get("/v1/sessions/mine").status_code == 404
+
+
+def test_an_x_api_key_header_is_forwarded_scrubbed_and_never_logged(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path, records: Records
+) -> None:
+    """``x-api-key`` (Anthropic's clients', several gateways') is a client's key as
+    ``api-key`` is: forwarded in the header it came in, its 401 naming that header and
+    quoting the provider without it, no log line holding it, and one tenant per key."""
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
+    fake_upstream.script(error(401, _REFUSED), reply("hello"), endpoint=CHAT)
+    with httpx.Client(base_url=proxy.origin, headers={"x-api-key": CLIENT_KEY}) as http:
+        refused = http.post("/v1/chat/completions", json=_CHAT, headers={"x-session-id": "x1"})
+        assert refused.status_code == 401, refused.text
+        message = refused.json()["error"]["message"]
+        assert "the key the client sent in its x-api-key header" in message, message
+        assert "invalid subscription key [REDACTED]" in message and CLIENT_KEY not in message
+        sent = fake_upstream.requests[-1].headers
+        assert sent.get("x-api-key") == CLIENT_KEY and "authorization" not in sent
+        assert http.post("/v1/chat/completions", json=_CHAT).status_code == 200
+        assert [s["id"] for s in http.get("/v1/sessions").json()["data"]] != []
+    with httpx.Client(base_url=proxy.origin, headers={"x-api-key": "other-key-98765"}) as other:
+        assert other.get("/v1/sessions").json()["data"] == []
+    assert all(CLIENT_KEY not in r.getMessage() for r in records.records)

@@ -23,7 +23,12 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records
 
 ORIGIN = "https://app.example"
-CHAT_PATHS = {"/v1/chat/completions", "/s/{session_id}/v1/chat/completions"}
+CHAT_PATHS = {
+    "/v1/chat/completions",
+    "/s/{session_id}/v1/chat/completions",
+    "/openai/deployments/{deployment}/chat/completions",  # Azure's (``proxy.api.azure``)
+    "/s/{session_id}/openai/deployments/{deployment}/chat/completions",
+}
 
 
 class Canary:
@@ -84,7 +89,7 @@ def test_every_route_chat_included_passes_through_an_added_middleware(
     try:
         requests = _requests(server.app)
         chats = [r for r in requests if r[1].endswith("/chat/completions")]
-        assert len(chats) == 4  # both chat routes, each streamed and not
+        assert len(chats) == 8  # the four chat routes, each streamed and not
         fake_upstream.script(*[reply("canary", chunks=1)] * len(chats))
         with httpx.Client(
             base_url=server.origin, timeout=10, headers={"authorization": "Bearer sk-test"}

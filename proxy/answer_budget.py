@@ -1,0 +1,128 @@
+"""A process-wide budget of the bytes that whole provider answers hold in memory.
+
+Each whole answer is capped on its own (``answers.MAX_ANSWER_BYTES``, an embeddings answer's
+``MAX_EMBEDDINGS_BYTES``), but many large ones at once could still take all the memory the
+process has: parsed, an answer holds several times its bytes. So every whole answer read
+(``answers.read_capped``: a chat asked unstreamed, a model list, an embeddings answer, a fast
+model's summary asked unstreamed, a provider's error body) takes its bytes from one budget as
+they arrive (``Lease.grow``) and gives them back when the proxy is done with the answer: its
+object is freed (``Lease.tie``), or its read fails. Streams are relayed as they arrive and hold
+only an event at a time, so they take nothing (a summary read from a stream is built in its
+accumulator, bounded as a relayed reply is, and takes nothing either).
+
+``CASCADE_MAX_HELD_ANSWER_BYTES`` sets the budget (``limit``; 0 turns it off), which the
+app's ``Upstream`` keeps. Over it:
+
+- a call for a whole answer made while the budget is spent is refused before it is sent, a
+  503 ``server_busy`` with ``Retry-After`` (the SDKs retry those), so no provider is paid
+  for an answer the proxy would not hold;
+- an answer arriving when the budget runs out waits up to ``WAIT_SECONDS`` for others to
+  give theirs back (its provider held back by TCP meanwhile), then is the same 503, its
+  connection closed unread;
+- an answer alone larger than the budget is over its cap (``read_capped``'s 502): waiting
+  would never make room for it.
+
+Streamed answers never wait on it: held whole in no buffer, they cost it nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+
+from proxy.errors import ServerBusy
+
+__all__ = ["WAIT_SECONDS", "AnswerBudget", "Lease"]
+
+WAIT_SECONDS = 5.0
+"""How long an answer arriving over the budget waits for room before its 503."""
+
+_SETTING = "CASCADE_MAX_HELD_ANSWER_BYTES"
+
+
+class AnswerBudget:
+    """The bytes whole answers hold now (``held``) and the most they may (``limit``, 0:
+    no budget). One per app, its ``Upstream``'s: every call of the process goes through
+    that one client."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self.held = 0
+        self._freed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop
+
+    def busy(self) -> bool:
+        """Whether the budget is spent: a new whole answer would have no room."""
+        return self.limit > 0 and self.held >= self.limit
+
+    def refuse_if_busy(self) -> None:
+        """The 503 for a call about to be sent while the budget is spent."""
+        if self.busy():
+            raise ServerBusy(
+                f"the proxy holds {self.held} bytes of whole provider answers, its budget "
+                f"({_SETTING}); nothing was sent to the provider: retry shortly, or stream"
+            )
+
+    async def take(self, size: int) -> None:
+        """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503."""
+        if self.limit <= 0:
+            return
+        deadline = time.monotonic() + WAIT_SECONDS
+        while self.held + size > self.limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerBusy(
+                    f"the proxy's budget for whole provider answers ({_SETTING}, "
+                    f"{self.limit} bytes) stayed spent for {WAIT_SECONDS:g} s while this "
+                    "answer arrived; it was closed unread: retry shortly, or stream"
+                )
+            if self._freed is None:
+                self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            try:
+                await asyncio.wait_for(self._freed.wait(), left)
+            except TimeoutError:
+                continue
+        self.held += size
+
+    def give(self, size: int) -> None:
+        """Give ``size`` bytes back, waking every answer that waits for room: on the waiters'
+        loop, since a finalizer (``Lease.tie``) may run on whatever thread collects."""
+        self.held = max(0, self.held - size)
+        freed, self._freed = self._freed, None
+        if freed is None or self._loop is None:
+            return
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self._loop:
+            freed.set()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(freed.set)
+
+
+class Lease:
+    """The bytes of ``budget`` one answer holds: taken as they arrive (``grow``), given
+    back once (``release``), at the latest when the answer it is tied to is freed."""
+
+    __slots__ = ("budget", "size", "__weakref__")
+
+    def __init__(self, budget: AnswerBudget) -> None:
+        self.budget = budget
+        self.size = 0
+
+    async def grow(self, size: int) -> None:
+        if self.budget.limit > 0:  # no budget: nothing to count or give back
+            await self.budget.take(size)
+            self.size += size
+
+    def release(self) -> None:
+        size, self.size = self.size, 0
+        if size:
+            self.budget.give(size)
+
+    def tie(self, owner: object) -> None:
+        """Give the bytes back when ``owner`` (the answer holding them) is freed."""
+        if self.size:
+            weakref.finalize(owner, self.release)
