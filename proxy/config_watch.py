@@ -32,6 +32,7 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 from proxy.config_checks import EnvironmentRefused
+from proxy.config_diff import describe_changes
 
 __all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
 
@@ -83,17 +84,18 @@ class ConfigHolder:
         """Try the file (``data``: its bytes as read, else the file on disk); return the
         event to emit (reloaded or rejected)."""
         env = env if env is not None else os.environ
+        old = self.current
         try:
             new = load_config(self.path, env, data)
             if self.vet is not None:
-                self.vet(new, self.current)
+                self.vet(new, old)
             self.current = new
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             self.refused = str(exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
         self.refused = None
-        log.info("config %s reloaded", self.path)
+        log.info("config %s reloaded: %s", self.path, describe_changes(old, new))
         self._warn(env)
         if self.on_reloaded is not None:
             try:
