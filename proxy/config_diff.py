@@ -32,8 +32,12 @@ def changes(old: Config, new: Config) -> tuple[list[str], list[str], list[str]]:
 
 def describe_changes(old: Config, new: Config) -> str:
     """The reload line's tail: ``changed providers.p.baseUrl; removed auth.keys[$K_B]``, or
-    that no setting changed (a save of the same settings, a reformatted file)."""
-    changed, added, removed = changes(old, new)
+    that no setting changed (a save of the same settings, a reformatted file). It never
+    raises: the reload it describes is in force already, and its event and pools follow."""
+    try:
+        changed, added, removed = changes(old, new)
+    except Exception:  # a config no dump walks: the line says the reload, not its details
+        return "(the settings changed could not be listed)"
     parts = [
         f"{what} {', '.join(paths)}"
         for what, paths in (("changed", changed), ("added", added), ("removed", removed))

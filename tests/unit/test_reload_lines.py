@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cascade.types import CONFIG_REJECTED
+from proxy import config_diff
+from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder
 from proxy.logs import masked
@@ -81,3 +82,15 @@ def test_a_reload_names_each_setting_it_changed_and_no_value(
     assert said[1] == f"config {path} reloaded: no setting changed"
     for secret in ("url-pass-5521", "127.0.0.1:10", "64000", "0.5", *env.values()):
         assert secret not in said[0]
+
+
+def test_a_reload_whose_changes_cannot_be_listed_is_still_in_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line is written once the new config is in force: a failure listing the changes
+    must not turn it into "reload failed, keeping the previous one" without its event."""
+    holder = _holder(tmp_path)
+    monkeypatch.setattr(config_diff, "_tree", lambda cfg: 1 / 0)
+    holder.path.write_text('{"models": {"m": {"contextLimit": 9000}}}')  # type: ignore[union-attr]
+    assert holder.reload({})[0] == CONFIG_RELOADED
+    assert holder.current.models["m"].context_limit == 9000
