@@ -7,7 +7,7 @@ setting that changed, was added or was removed, by its place in the file
 The file holds no secret (a key goes by its variable's name), but a ``baseUrl`` may carry a
 password and a redaction pattern the text it hides, and the names are what the operator
 needs to check the save against the edit. A proxy key is named by its variable
-(``auth.keys[$CASCADE_KEY_TEAM]``), as the warnings and refusals name it, not by its place in
+(``auth.keys[$CASCADE_KEY_TEAM_A]``), as the warnings and refusals name it, not by its place in
 the list, which a removal shifts.
 """
 
