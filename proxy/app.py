@@ -112,6 +112,13 @@ async def _stop_watcher(watcher: asyncio.Task[None], stop: asyncio.Event) -> Non
         log.exception("the config watcher had failed")
 
 
+def _announce(metrics: Metrics, bus: EventBus, event: str, data: dict[str, Any]) -> None:
+    """A reload's event: counted (``cascade_config_reloads_total``), then on every open
+    stream."""
+    metrics.note_config(event)
+    bus.broadcast_local(event, data)
+
+
 def _say_started(banner: str, warning: str | None) -> None:
     """The start's lines, logged once the address is bound (``serve`` binds before the
     lifespan): the banner, one record per line since the text format escapes a line break
@@ -265,10 +272,11 @@ def create_app(
             embedding.start()  # idle while no agent has retrieval on
             stack.push_async_callback(embedding.aclose)
             stop = asyncio.Event()
+            announce = functools.partial(_announce, observer.metrics, bus)
             if settings.watch_config and settings.config is not None:
-                watcher = asyncio.create_task(watch_config(holder, bus.broadcast_local, stop))
+                watcher = asyncio.create_task(watch_config(holder, announce, stop))
                 stack.push_async_callback(_stop_watcher, watcher, stop)
-            stack.callback(hangup.serve(bus.broadcast_local, stop))
+            stack.callback(hangup.serve(announce, stop))
             _tune_gc()
             yield State(
                 pool=pool,

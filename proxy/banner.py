@@ -105,7 +105,7 @@ def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:
         elif p.api_key_env:
             key = f"key ${p.api_key_env} unset: {forwarded}"
         else:
-            key = f"no apiKeyEnv: {forwarded}"
+            key = f"no apiKeyEnv; {forwarded}"  # "apiKeyEnv: …" the scrub masks
         lines.append(f"  provider {name}: {_public_url(p.base_url)}, {key}")
     return lines
 

@@ -3,7 +3,8 @@
 Editors often save by writing a new file and renaming it over the old one, and a symlinked
 config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is replaced, so
 we watch the directory the path names and reload when the file's bytes changed; a link to a
-file in another directory is edited where that file lives, so its directory is watched too.
+file in another directory is edited where that file lives, so its directory is watched too,
+and so is the one holding a linked directory on the path (a deploy's ``current``).
 Only the directories themselves are watched, not what is below them: with a data directory
 kept beside the config, a recursive watch would wake on every PostgreSQL write and stat each
 changed file.
@@ -32,6 +33,7 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 from proxy.config_checks import EnvironmentRefused
+from proxy.config_diff import describe_changes
 
 __all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
 
@@ -83,17 +85,18 @@ class ConfigHolder:
         """Try the file (``data``: its bytes as read, else the file on disk); return the
         event to emit (reloaded or rejected)."""
         env = env if env is not None else os.environ
+        old = self.current
         try:
             new = load_config(self.path, env, data)
             if self.vet is not None:
-                self.vet(new, self.current)
+                self.vet(new, old)
             self.current = new
         except ConfigError as exc:
             log.warning("config %s rejected, keeping the previous one: %s", self.path, exc)
             self.refused = str(exc)
             return CONFIG_REJECTED, {"path": str(self.path), "reason": str(exc)}
         self.refused = None
-        log.info("config %s reloaded", self.path)
+        log.info("config %s reloaded: %s", self.path, describe_changes(old, new))
         self._warn(env)
         if self.on_reloaded is not None:
             try:
@@ -123,10 +126,8 @@ async def watch_config(
         return
     # The path as given, not resolved: a config that is a symlink is updated by replacing
     # the link, or (Kubernetes ConfigMaps) a ``..data`` link beside it, and the directory a
-    # resolved path pointed into can be deleted. So any change in the config's own
-    # directory is a candidate, and the file's bytes decide whether it changed. A link to a
-    # file elsewhere (``/etc/cascade/agents.json``, a dotfiles checkout) is edited where the
-    # file lives, so that directory is watched too, and the watch moves when the link does.
+    # resolved path pointed into can be deleted. So any change in the directories a save can
+    # reach (``_directories``) is a candidate, and the file's bytes decide whether it changed.
     path = holder.path.absolute()
     # the bytes the holder was loaded from, not the file now: it may have been saved since
     if holder.judged is None:
@@ -309,14 +310,18 @@ async def _check(
 
 
 def _directories(path: Path) -> tuple[Path, ...]:
-    """The config's own directory, and the directory of the file it links to, if another."""
+    """Where a save can change the config, each real directory once (the watch moves when a
+    link does): its own, the linked file's, and each that holds a linked directory on its
+    way (``current -> releases/7``), whose new target the old watch never hears of."""
+    found: list[Path] = []
     try:
-        target = path.resolve(strict=True).parent
-        if target != path.parent.resolve(strict=True):
-            return path.parent, target
+        for link in (d for d in (path.parent, *path.parent.parents) if d.is_symlink()):
+            if os.access(held := link.parent.resolve(strict=True), os.R_OK):  # else unwatchable
+                found.append(held)
+        found[:0] = [path.parent.resolve(strict=True), path.resolve(strict=True).parent]
     except (OSError, RuntimeError):  # missing, or a link loop: the own directory only
-        pass
-    return (path.parent,)
+        return (path.parent,)
+    return tuple(dict.fromkeys(found))
 
 
 def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -44,9 +44,11 @@ from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.cascade.types import CONFIG_RELOADED
 from proxy.settings import SettingsError
 
 __all__ = [
+    "CONFIG_RESULTS",
     "CREATED_ENV",
     "Metrics",
     "MODEL_LABELS",
@@ -70,6 +72,9 @@ RESULTS = ("completed", "summary_failed", "history_changed", "agent_changed", "i
 """The ``result`` values of ``cascade_compactions_total`` (README: Metrics). ``interrupted``
 is counted when the session's next compaction closes one an earlier process left running;
 the pass at start-up that closes them is not in a request, and counts none."""
+
+CONFIG_RESULTS = ("reloaded", "rejected")
+"""The ``result`` values of ``cascade_config_reloads_total``."""
 
 MODEL_LABELS = 64
 """The most distinct ``gen_ai_request_model`` values one process exports."""
@@ -240,6 +245,20 @@ class Metrics:
             "(a new turn's query, a background batch).",
             registry=r,
         )
+        self.config_reloads = Counter(
+            "cascade_config_reloads_total",
+            "Reloads of the config file (a save, SIGHUP), by result: reloaded (in force from "
+            "the next request) or rejected (the config in force kept).",
+            ("result",),
+            registry=r,
+        )
+        self.config_taken = Gauge(
+            "cascade_config_last_reload_successful",
+            "1 while the config file as last read is the one in force; 0 once a reload "
+            "rejected it, until a reload takes it.",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
         self.token_usage = Histogram(
             "gen_ai_client_token_usage",
             "Tokens per provider call, as the provider reported "
@@ -253,6 +272,9 @@ class Metrics:
             self.reclaimed.labels(stage)
         for result in RESULTS:  # so is each result: a rate() over them needs the series
             self.compactions.labels(result)
+        for result in CONFIG_RESULTS:
+            self.config_reloads.labels(result)
+        self.config_taken.set(1)  # the config a start read is in force, or it did not start
 
     @classmethod
     def from_env(cls) -> Metrics:
@@ -323,6 +345,13 @@ class Metrics:
 
     def note_compaction(self, result: str) -> None:
         self.compactions.labels(result).inc()
+
+    def note_config(self, event: str) -> None:
+        """A reload's event (``config.reloaded`` or ``config.rejected``), as the streams
+        get it: an operator rolling a file out to replicas reads which refused it here."""
+        taken = event == CONFIG_RELOADED
+        self.config_reloads.labels("reloaded" if taken else "rejected").inc()
+        self.config_taken.set(1 if taken else 0)
 
     def note_usage(self, operation: str, model: str, usage: dict[str, Any]) -> None:
         label: str | None = None

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.banner import client_origin, startup_banner
 from proxy.config import Config, parse_config
+from proxy.logs import masked
 from proxy.server import bind
 from proxy.settings import Settings
 
@@ -212,3 +213,22 @@ def test_the_config_line_says_what_reloads_the_file(watch: bool, said: str) -> N
     settings = Settings(config=Path("config/agents.json"), watch_config=watch)
     text = startup_banner(settings, _config(), SECRETS, database=DSN, embedded_at=None, paths=[])
     assert f"  config: config/agents.json {said}\n" in text
+
+
+@pytest.mark.parametrize("keys", [False, True])
+def test_every_line_is_logged_as_written(keys: bool) -> None:
+    """Each line goes through the log's secret scrub (``logs.masked``): one it rewrites says
+    what it did not mean. ``no apiKeyEnv: the client's bearer …`` read as a key's value
+    there, so the summary of a provider without a key said ``[REDACTED]``."""
+    auth = {"auth": {"keys": [{"keyEnv": "TEAM_KEY", "tenant": "team"}]}} if keys else {}
+    text = startup_banner(
+        Settings(config=Path("config/agents.json")),
+        _config(**auth),
+        SECRETS,
+        database=DSN,
+        embedded_at=None,
+        paths=["/ui", "/metrics"],
+    )
+    for line in text.splitlines():
+        assert masked(line) == line
+    assert "provider local: http://127.0.0.1:11434/v1, no apiKeyEnv; " in text

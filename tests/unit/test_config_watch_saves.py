@@ -243,3 +243,27 @@ async def test_a_reread_while_the_watcher_waits_on_a_broken_file_judges_it_once(
         await asyncio.sleep(0.3)  # a second judgement, if either made one
     assert seen == [CONFIG_REJECTED]
     assert limit(holder) == 1000
+
+
+async def test_a_config_under_a_linked_directory_reloads_when_that_link_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--config /srv/app/current/config/agents.json`` with ``current -> releases/1`` (a
+    deploy's), or a ConfigMap's ``..data`` named in the path: pointing the link at another
+    release changes no file in the directory watched through it, so the save waited for the
+    recheck, and edits to the new release's file were never announced either."""
+    monkeypatch.setattr(config_watch, "RECHECK_SECONDS", 30.0)
+    for release, value in (("1", 1000), ("2", 2000)):
+        (tmp_path / "releases" / release).mkdir(parents=True)
+        (tmp_path / "releases" / release / "agents.json").write_text(text(value))
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "1")
+    seen: list[str] = []
+    async with watching(tmp_path / "current" / "agents.json", seen) as holder:
+        (tmp_path / "next").symlink_to(tmp_path / "releases" / "2")
+        os.replace(tmp_path / "next", tmp_path / "current")
+        await until(lambda: limit(holder) == 2000, 1.5)
+        assert limit(holder) == 2000
+        (tmp_path / "releases" / "2" / "agents.json").write_text(text(3000))
+        await until(lambda: limit(holder) == 3000, 1.5)
+        assert limit(holder) == 3000
+    assert seen == [CONFIG_RELOADED] * 2

@@ -36,6 +36,11 @@ def test_every_documented_label_value_is_exported_at_zero() -> None:
         assert f'cascade_compactions_total{{result="{result}"}} 0.0' in text, result
     for stage in _documented("cascade_tokens_reclaimed_total"):
         assert f'cascade_tokens_reclaimed_total{{stage="{stage}"}} 0.0' in text, stage
+    results = _documented("cascade_config_reloads_total")
+    assert {"reloaded", "rejected"} <= set(results)
+    for result in results:
+        assert f'cascade_config_reloads_total{{result="{result}"}} 0.0' in text, result
+    assert "cascade_config_last_reload_successful 1.0" in text  # a start took its file
 
 
 def test_a_single_process_exports_the_runtimes_collectors() -> None:
