@@ -147,16 +147,25 @@ async def claim_compaction(
 
 
 RENEW_CLAIMS = """
+WITH mine AS (
+    SELECT s.tenant, s.id, h.owner FROM sessions s
+    JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS h(tenant, id, owner)
+        ON s.tenant = h.tenant AND s.id = h.id
+    WHERE s.compaction_owner = h.owner
+    FOR UPDATE OF s SKIP LOCKED
+)
 UPDATE sessions s SET compaction_expires = clock_timestamp() + make_interval(secs => $4)
-FROM unnest($1::text[], $2::text[], $3::uuid[]) AS h(tenant, id, owner)
-WHERE s.tenant = h.tenant AND s.id = h.id AND s.compaction_owner = h.owner
+FROM mine
+WHERE s.tenant = mine.tenant AND s.id = mine.id AND s.compaction_owner = mine.owner
 """
 
 
 async def renew_claims(
     conn: Executor, *, claims: Sequence[tuple[str, str, uuid.UUID]], ttl: float
 ) -> None:
-    """Push the expiry of each compaction claim (tenant, session, owner) still held."""
+    """Push the expiry of each compaction claim (tenant, session, owner) still held; one
+    whose row another transaction holds locked is left to the next round, as
+    :func:`renew_leases` leaves its lease."""
     await conn.execute(
         RENEW_CLAIMS, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims], ttl
     )
