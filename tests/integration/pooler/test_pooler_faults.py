@@ -29,6 +29,7 @@ from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_
 BOUND = 1.0  # the proxy's statement timeout here
 PATIENCE = 20.0  # what must happen, however slowly a loaded machine gets there
 ANSWER = "one two three four"
+TTL = 1.0  # the lease's time to live where a test waits it out
 
 
 @pytest.fixture
@@ -166,3 +167,45 @@ async def test_a_stream_mid_answer_through_a_fault_reaches_its_client(
         "third",
         "ok",
     ]
+
+
+async def test_a_lease_left_held_by_a_restart_frees_within_its_time_to_live(
+    bouncer: PgBouncer,
+    db_dsn: str,
+    config_path: Path,
+    admin: asyncpg.Connection,
+    fake_upstream: FakeUpstream,
+) -> None:
+    """Replica A's stream ends while PgBouncer is down, so its last statement, which frees
+    the session's lease, fails; replica B's request for the session, sent as PgBouncer is
+    back (and retried after a documented 503), takes it once the lease expires: A stopped
+    renewing it when its request ended, so within the time to live and a poll."""
+    settings = Settings(
+        database_url=bouncer.pooled(db_dsn),
+        db_pooler="transaction",
+        database_listen_url=db_dsn,
+        config=config_path,
+        keepalive_seconds=0.3,
+        watch_config=False,
+        db_statement_timeout_seconds=BOUND,
+        lease_ttl_seconds=TTL,
+    )
+    a, b = ProxyServer(settings).start(), ProxyServer(settings).start()
+    try:
+        assert post(a, "s1").status_code == 200
+        pacer = Pacer(PATIENCE)
+        fake_upstream.script(reply(ANSWER, chunks=4, pacer=pacer))
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(post, a, "s1", "hi", "again", stream=True)
+            await asyncio.to_thread(fake_upstream.wait_for_requests, 2, PATIENCE)
+            await asyncio.to_thread(bouncer.stop)
+            pacer.allow(10)
+            assert (await asyncio.wrap_future(future)).status_code == 200
+        await asyncio.to_thread(bouncer.restart)
+        back = time.monotonic()
+        await asyncio.to_thread(until_served, b, "s1", "hi", "again", "third")
+        took = time.monotonic() - back
+    finally:
+        a.stop()
+        b.stop()
+    assert took < TTL + 0.5 + 5, took  # the bound, and a loaded machine's slack
