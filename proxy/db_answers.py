@@ -15,8 +15,7 @@ __all__ = ["database_answer"]
 def database_answer(exc: BaseException) -> tuple[int, dict[str, Any], str] | None:
     """The status, body and Retry-After answering ``exc``; None when it is no such failure.
     An unavailable or slow database is said in the proxy's words (its message names the
-    server);
-    a pool with no connection free says how long it waited."""
+    server); a pool with no connection free says how long it waited."""
     if isinstance(exc, DatabaseTimeout):
         text = "the proxy's database did not answer in time; retry shortly"
         return 503, error_body(text, type="server_error", code="database_unavailable"), "5"

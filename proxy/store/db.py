@@ -136,9 +136,7 @@ def _unavailable(exc: BaseException) -> DatabaseUnavailable:
 
 
 _SLOW = (TimeoutError, asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError)
-"""What a statement raises when it got no answer in time: asyncpg's own timeout (the
-connection's ``command_timeout``; a statement's own timeout never comes through here
-unless it passes one), or the server's cancel (57014, 55P03)."""
+"""A statement with no answer in time: asyncpg's ``command_timeout``, the server's cancel."""
 
 
 def _timeout(exc: BaseException, bound: float | None) -> DatabaseTimeout:
