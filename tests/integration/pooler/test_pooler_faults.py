@@ -18,6 +18,7 @@ import asyncpg
 import httpx
 import pytest
 
+from proxy.session_id import tenant_from_bearer
 from proxy.settings import Settings
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
@@ -209,3 +210,34 @@ async def test_a_lease_left_held_by_a_restart_frees_within_its_time_to_live(
         a.stop()
         b.stop()
     assert took < TTL + 0.5 + 5, took  # the bound, and a loaded machine's slack
+
+
+async def test_a_request_queued_behind_a_stream_through_a_restart_is_served_at_once(
+    pooled: ProxyServer, bouncer: PgBouncer, admin: asyncpg.Connection, fake_upstream: FakeUpstream
+) -> None:
+    """A request waiting on its replica for the session a stream holds, PgBouncer restarted
+    under the stream: the stream's last statement could not free the lease, and the queued
+    request, this replica's, takes it back at once once PgBouncer is back (a 503 meanwhile,
+    retried), not after the lease's 15 s time to live."""
+    assert post(pooled, "s1").status_code == 200
+    pacer = Pacer(PATIENCE)
+    fake_upstream.script(reply(ANSWER, chunks=4, pacer=pacer))
+    tenant = tenant_from_bearer("Bearer sk-test-client")
+    with ThreadPoolExecutor(2) as pool:
+        streaming = pool.submit(post, pooled, "s1", "hi", "again", stream=True)
+        await asyncio.to_thread(fake_upstream.wait_for_requests, 2, PATIENCE)
+        queued = pool.submit(post, pooled, "s1", "hi", "queued")
+        deadline = time.monotonic() + PATIENCE
+        while pooled.queued(tenant, "s1") < 2:
+            assert time.monotonic() < deadline, "the second request never queued"
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(bouncer.stop)
+        pacer.allow(10)
+        assert (await asyncio.wrap_future(streaming)).status_code == 200
+        first = await asyncio.wrap_future(queued)
+        await asyncio.to_thread(bouncer.restart)
+        back = time.monotonic()
+    if first.status_code != 200:
+        assert_unavailable(first)
+        await asyncio.to_thread(until_served, pooled, "s1", "hi", "queued")
+    assert time.monotonic() - back < 5, "the replica's own lease was not taken back at once"
