@@ -187,7 +187,11 @@ def create_app(
             pooler = pooler_kwargs(settings.db_pooler)
             await run_migrations(dsn, setting=settings.database_source(), **pooler)
             pool = await open_pool(
-                dsn, max_size=settings.pool_max_size, setting=settings.database_source(), **pooler
+                dsn,
+                max_size=settings.pool_max_size,
+                setting=settings.database_source(),
+                command_timeout=settings.db_statement_timeout_seconds,
+                **pooler,
             )
             stack.push_async_callback(pool.close)
             stack.push_async_callback(stop_task, asyncio.create_task(_key_facts(pool)))

@@ -124,6 +124,9 @@ class Settings(Listen):
       (``store.leases.POLL_MAX_SECONDS``). At most 25, so that bound stays within 30 s.
     - ``pool_timeout_seconds``: how long a request waits for a free connection before it is
       answered 503 ``server_busy`` with ``Retry-After`` (the SDKs retry those).
+    - ``db_statement_timeout_seconds``: how long a pooled connection's statement may go
+      unanswered (a lock a long transaction holds, a paused pooler) before it is cancelled
+      and its request answered 503 ``database_unavailable`` (``store.db.DatabaseTimeout``).
     - ``log_level`` (``CASCADE_LOG_LEVEL``): Cascade's and uvicorn's loggers (default info).
     - ``log_format`` (``CASCADE_LOG_FORMAT``): ``text`` (default), or ``json`` for one JSON
       object per line, uvicorn's lines included (``proxy.logs``).
@@ -168,6 +171,7 @@ class Settings(Listen):
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections
     pool_timeout_seconds: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    db_statement_timeout_seconds: float = Field(default=30.0, gt=0, le=3600, allow_inf_nan=False)
     lease_ttl_seconds: float = Field(default=15.0, ge=0.3, le=25, allow_inf_nan=False)
     provider_max_connections: int = Field(default=256, ge=1)
     http_transport: Literal["httpx", "aiohttp"] = "aiohttp"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "create_pool",
     "DatabaseUnavailable",
+    "DatabaseTimeout",
     "PoolerMismatch",
     "connect",
     "redact_dsn",
@@ -55,6 +56,15 @@ class DatabaseUnavailable(RuntimeError):
     def __init__(self, message: str, sqlstate: str | None = None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+class DatabaseTimeout(DatabaseUnavailable):
+    """A statement got no answer in time: the pool's bound on each statement
+    (``CASCADE_DB_STATEMENT_TIMEOUT_SECONDS``, asyncpg's ``command_timeout``, which cancels it
+    on the server) ran out, or the database cancelled it (a ``statement_timeout`` or
+    ``lock_timeout`` set for the role or the database, a ``pg_cancel_backend``): a lock held
+    by a long transaction, a server overloaded, a pooler paused. A 503 to retry, like an
+    outage, rather than a request that hangs or a 500."""
 
 
 class UnreadableUrl(DatabaseUnavailable):
@@ -125,6 +135,17 @@ def _unavailable(exc: BaseException) -> DatabaseUnavailable:
     )
 
 
+_SLOW = (TimeoutError, asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError)
+"""A statement with no answer in time: asyncpg's ``command_timeout``, the server's cancel."""
+
+
+def _timeout(exc: BaseException, bound: float | None) -> DatabaseTimeout:
+    if isinstance(exc, TimeoutError):
+        within = f"within {bound:g} s" if bound else "in time"
+        return DatabaseTimeout(f"the database did not answer a statement {within}")
+    return DatabaseTimeout(f"the database cancelled a statement: {type(exc).__name__}: {exc}")
+
+
 def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     """``method`` of asyncpg's Connection, raising :class:`DatabaseUnavailable` when the
     connection was lost under it, or the server is out of resources (SQLSTATE class 53: a
@@ -139,6 +160,9 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
         except Exception as exc:
             if connection_lost(exc, self):
                 raise _unavailable(exc) from exc
+            if isinstance(exc, _SLOW):
+                config = getattr(self, "_config", None)  # asyncpg's, which it does not type
+                raise _timeout(exc, getattr(config, "command_timeout", None)) from exc
             if isinstance(exc, asyncpg.InsufficientResourcesError):
                 raise DatabaseUnavailable(
                     f"PostgreSQL is out of resources: {type(exc).__name__}: {exc}", exc.sqlstate

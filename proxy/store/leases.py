@@ -72,9 +72,14 @@ class SessionBusy(Exception):
 
 
 RENEW_LEASES = """
+WITH mine AS (
+    SELECT s.tenant, s.id FROM sessions s
+    JOIN unnest($1::text[], $2::text[]) AS h(tenant, id) ON s.tenant = h.tenant AND s.id = h.id
+    WHERE s.lease_owner = $3
+    FOR UPDATE OF s SKIP LOCKED
+)
 UPDATE sessions s SET lease_expires = clock_timestamp() + make_interval(secs => $4)
-FROM unnest($1::text[], $2::text[]) AS h(tenant, id)
-WHERE s.tenant = h.tenant AND s.id = h.id AND s.lease_owner = $3
+FROM mine WHERE s.tenant = mine.tenant AND s.id = mine.id AND s.lease_owner = $3
 """
 
 
@@ -82,7 +87,11 @@ async def renew_leases(
     conn: Executor, *, keys: Sequence[tuple[str, str]], owner: uuid.UUID, ttl: float
 ) -> None:
     """Push the expiry of every lease ``owner`` holds among ``keys`` to ``ttl`` from now; a
-    lease it no longer holds (released, or expired and taken) is left alone."""
+    lease it no longer holds (released, or expired and taken) is left alone, and so is one
+    whose row another transaction holds locked (``SKIP LOCKED``): waiting for that row, the
+    statement would hold every other row it renewed, stalling those sessions' steps too, and
+    renew none until the lock went. A row locked for a moment (a waiter's try, the step's
+    own statement) is renewed at the next of the ``ttl / 3`` rounds."""
     await conn.execute(RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl)
 
 
@@ -138,16 +147,25 @@ async def claim_compaction(
 
 
 RENEW_CLAIMS = """
+WITH mine AS (
+    SELECT s.tenant, s.id, h.owner FROM sessions s
+    JOIN unnest($1::text[], $2::text[], $3::uuid[]) AS h(tenant, id, owner)
+        ON s.tenant = h.tenant AND s.id = h.id
+    WHERE s.compaction_owner = h.owner
+    FOR UPDATE OF s SKIP LOCKED
+)
 UPDATE sessions s SET compaction_expires = clock_timestamp() + make_interval(secs => $4)
-FROM unnest($1::text[], $2::text[], $3::uuid[]) AS h(tenant, id, owner)
-WHERE s.tenant = h.tenant AND s.id = h.id AND s.compaction_owner = h.owner
+FROM mine
+WHERE s.tenant = mine.tenant AND s.id = mine.id AND s.compaction_owner = mine.owner
 """
 
 
 async def renew_claims(
     conn: Executor, *, claims: Sequence[tuple[str, str, uuid.UUID]], ttl: float
 ) -> None:
-    """Push the expiry of each compaction claim (tenant, session, owner) still held."""
+    """Push the expiry of each compaction claim (tenant, session, owner) still held; one
+    whose row another transaction holds locked is left to the next round, as
+    :func:`renew_leases` leaves its lease."""
     await conn.execute(
         RENEW_CLAIMS, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims], ttl
     )

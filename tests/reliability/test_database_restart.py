@@ -4,11 +4,14 @@ restart, and no acknowledged message is lost."""
 
 from __future__ import annotations
 
+import json
+import logging
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,9 @@ import httpx
 import pytest
 
 from proxy.settings import Settings
-from tests.fakes.replies import RecordedRequest, reply
+from tests.fakes.replies import Pacer, RecordedRequest, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.conftest import Records
 from tests.integration.conftest import _admin, dsn_with_db, run_sync
 from tests.reliability.conftest import Figures, ProxyServer, write_config
 
@@ -28,6 +32,7 @@ CLIENTS = 6
 # it: the test moves on once every client has had them, however long a loaded machine takes.
 TURNS = 2
 PATIENCE = 30.0
+ANSWER = "one two three four"
 
 
 class Restartable:
@@ -118,6 +123,15 @@ def wait_until(what: str, clients: list[Client], done: Callable[[], bool]) -> No
         assert not [b for c in clients for b in c.bad]  # only 200s and documented 503s
         assert time.monotonic() < deadline, f"not within {PATIENCE} s: {what}"
         time.sleep(0.02)
+
+
+def wait_said(records: Records, opening: str) -> list[str]:
+    """The lines logged so far that begin with ``opening``, once there is one."""
+    deadline = time.monotonic() + PATIENCE
+    while not (said := [m for r in records.records if (m := r.getMessage()).startswith(opening)]):
+        assert time.monotonic() < deadline, f"never said: {opening}"
+        time.sleep(0.05)
+    return said
 
 
 def stored_once(http: httpx.Client, sid: str, sent: list[tuple[str, Any]]) -> list[Any]:
@@ -211,3 +225,66 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
     assert not [b for c in clients for b in c.bad]  # only 200s and documented 503s
     assert statuses[503] > 0 and set(statuses) <= {200, 503}
     assert all(t is not None for t in recovered)  # every client served again, no restart
+
+
+def test_a_database_restart_mid_stream_reaches_the_client_and_says_the_reply_is_unstored(
+    restartable: Restartable, fake_upstream: FakeUpstream, tmp_path: Path, figures: Figures
+) -> None:
+    """PostgreSQL restarted while a stream is mid-answer: the answer reaches its client
+    whole, the reply that could not be stored then is one WARNING, and once the database is
+    back the client's next request (resending it) is served and stores it, once."""
+    _admin(restartable.uri, "CREATE DATABASE cascade")
+    dsn = dsn_with_db(restartable.uri, "cascade")
+    run_sync(run_migrations(dsn))
+    pacer = Pacer(PATIENCE)
+    fake_upstream.script(reply("ok"), reply(ANSWER, chunks=4, pacer=pacer))
+    config = write_config(tmp_path / "agents.json", fake_upstream.url)
+    settings = Settings(database_url=dsn, config=config, keepalive_seconds=0.3, watch_config=False)
+    proxy = ProxyServer(settings).start()
+    records = Records()
+    logging.getLogger().addHandler(records)
+    history = [{"role": "user", "content": "hi"}]
+    try:
+        with httpx.Client(
+            base_url=proxy.origin,
+            timeout=PATIENCE,
+            headers={"authorization": "Bearer sk-test-client", "x-session-id": "mid"},
+        ) as http:
+            first = http.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": history})
+            history += [first.json()["choices"][0]["message"], {"role": "user", "content": "go"}]
+            with ThreadPoolExecutor(1) as pool:
+                body = {"model": "gpt-4o", "messages": history, "stream": True}
+                streamed = pool.submit(http.post, "/v1/chat/completions", json=body)
+                fake_upstream.wait_for_requests(2, timeout=PATIENCE)
+                restartable.stop()
+                down_at = time.monotonic()
+                pacer.allow(10)
+                r = streamed.result(timeout=PATIENCE)
+            unstored = wait_said(records, "could not record the reply of session mid")
+            restartable.start()
+            up_at = time.monotonic()
+            assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]"), r.text
+            got = "".join(
+                c["choices"][0]["delta"].get("content") or ""
+                for line in r.text.splitlines()
+                if line.startswith("data: {")
+                for c in [json.loads(line.removeprefix("data: "))]
+                if c.get("choices")
+            )
+            assert got == ANSWER
+            history += [{"role": "assistant", "content": ANSWER}, {"role": "user", "content": "on"}]
+            deadline = time.monotonic() + PATIENCE
+            body = {"model": "gpt-4o", "messages": history}
+            while (again := http.post("/v1/chat/completions", json=body)).status_code != 200:
+                assert again.status_code == 503, again.text
+                assert time.monotonic() < deadline, "not served once the database was back"
+                time.sleep(0.2)
+            served_at = time.monotonic()
+            sent = [(m["role"], m.get("content")) for m in history]
+            sent.append(("assistant", again.json()["choices"][0]["message"]["content"]))
+            assert stored_once(http, "mid", sent) == sent
+    finally:
+        logging.getLogger().removeHandler(records)
+        proxy.stop()
+    assert len(unstored) == 1, unstored
+    figures.add(outage_s=up_at - down_at, recovery_s=served_at - up_at)

@@ -347,6 +347,7 @@ def test_a_pool_no_postgresql_can_serve_is_refused_at_start(
     [
         "CASCADE_KEEPALIVE_SECONDS",
         "CASCADE_POOL_TIMEOUT_SECONDS",
+        "CASCADE_DB_STATEMENT_TIMEOUT_SECONDS",
         "CASCADE_LEASE_TTL_SECONDS",
         "CASCADE_EMBEDDING_POLL_SECONDS",
     ],

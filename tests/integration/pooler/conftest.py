@@ -19,7 +19,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.api.conftest import client, config_path, http, proxy, replicas, settings
+from tests.integration.api.conftest import (
+    admin,
+    client,
+    config_path,
+    http,
+    proxy,
+    records,
+    replicas,
+    settings,
+)
 from tests.integration.pooler.pgbouncer import (
     PgBouncer,
     find_pgbouncer,
@@ -28,7 +37,7 @@ from tests.integration.pooler.pgbouncer import (
 )
 
 # the api tests' fixtures
-__all__ = ["client", "config_path", "http", "proxy", "replicas", "settings"]
+__all__ = ["admin", "client", "config_path", "http", "proxy", "records", "replicas", "settings"]
 
 
 @pytest.fixture(scope="session")

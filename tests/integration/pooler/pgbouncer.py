@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+import asyncpg
+
 from bench.common import free_port
 from proxy.settings import Settings
 
@@ -42,11 +44,48 @@ def find_pgbouncer() -> str | None:
 class PgBouncer:
     """A running PgBouncer; ``port`` is where clients connect on 127.0.0.1."""
 
-    def __init__(self, port: int, user: str, log: Path, server: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        port: int,
+        user: str,
+        log: Path,
+        server: tuple[str, int],
+        launch: Callable[[], subprocess.Popen[bytes]] | None = None,
+    ) -> None:
         self.port = port
         self.user = user
         self.log = log
         self.server = server  # the PostgreSQL it pools: host (or socket dir) and port
+        self._launch = launch
+        self.proc = launch() if launch is not None else None
+
+    async def console(self, command: str) -> None:
+        """Run ``command`` (``PAUSE``, ``RESUME`` …) on its admin console, as ``user``."""
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=self.port, user=self.user, database="pgbouncer"
+        )
+        try:
+            await conn.execute(command)  # no arguments: the simple protocol the console takes
+        finally:
+            await conn.close()
+
+    def stop(self) -> None:
+        """End the process (SIGTERM, then SIGKILL): every client's connection is cut."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Stop it and start it again on the same port: a restart its clients see as their
+        connections cut, then refused until it listens again."""
+        assert self._launch is not None
+        self.stop()
+        self.proc = self._launch()
+        _wait_listening(self.proc, self.port, self.log)
 
     def pooled(self, direct_dsn: str) -> str:
         """``direct_dsn``'s database and user, through this PgBouncer."""
@@ -127,6 +166,7 @@ def start_pgbouncer(
         # are refused for this long: 15 s by default, longer than a test waits.
         "server_login_retry": "1",
         "server_round_robin": "1" if round_robin else "0",
+        "admin_users": user,  # its console (PAUSE, RESUME), for a test's faults
     }
     if _version(binary) >= (1, 21):  # unknown to older versions, which refuse the file
         settings["max_prepared_statements"] = "0"
@@ -140,18 +180,18 @@ def start_pgbouncer(
         entry = pwd.getpwnam(run_as)
         for path in (root, *root.iterdir()):
             os.chown(path, entry.pw_uid, entry.pw_gid)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+    def launch() -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+    bouncer = PgBouncer(port, user, log, (host, server_port), launch)
     try:
-        _wait_listening(proc, port, log)
-        yield PgBouncer(port, user, log, (host, server_port))
+        assert bouncer.proc is not None
+        _wait_listening(bouncer.proc, port, log)
+        yield bouncer
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        bouncer.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

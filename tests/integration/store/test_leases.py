@@ -121,6 +121,25 @@ async def test_renewal_pushes_only_the_owners_leases(pool: asyncpg.Pool) -> None
     assert tuple(await pool.fetchrow(LEASE, "r2")) == (None, None)
 
 
+async def test_renewal_skips_a_row_another_transaction_holds(pool: asyncpg.Pool) -> None:
+    """A session row locked elsewhere (an operator's open ``FOR UPDATE``) keeps its own lease
+    and claim from renewal this round, not the others': the statements return at once."""
+    for sid in ("locked", "free"):
+        await steps.begin_step(pool, tenant=T, session_id=sid, agent="a", model="m", owner=A)
+        assert await leases.claim_compaction(pool, owner=A, tenant=T, session_id=sid, ttl=TTL)
+    both = [(T, "locked"), (T, "free")]
+    expiry = "SELECT lease_expires, compaction_expires FROM sessions WHERE id = $1"
+    before = {sid: tuple(await pool.fetchrow(expiry, sid)) for sid in ("locked", "free")}
+    async with pool.acquire() as other, other.transaction():
+        await other.execute("SELECT 1 FROM sessions WHERE id = 'locked' FOR UPDATE")
+        async with asyncio.timeout(5):  # waiting for the lock, they would not return
+            await leases.renew_leases(pool, keys=both, owner=A, ttl=60)
+            await leases.renew_claims(pool, claims=[(*k, A) for k in both], ttl=60)
+    after = {sid: tuple(await pool.fetchrow(expiry, sid)) for sid in ("locked", "free")}
+    assert after["locked"] == before["locked"]
+    assert all(a > b for a, b in zip(after["free"], before["free"], strict=True))
+
+
 async def test_the_compaction_claim_is_one_per_session(pool: asyncpg.Pool) -> None:
     await make_session(pool, "c")
     claim = {"tenant": T, "session_id": "c", "ttl": TTL}
