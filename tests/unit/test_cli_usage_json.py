@@ -46,3 +46,29 @@ def test_a_usage_error_in_text_keeps_argparses_usage() -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("usage: cascade-proxy serve")
     assert "argument --port: 0 is not a TCP port" in done.stderr
+
+
+def _client(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "OPENAI_"))}
+    env["CASCADE_LOG_FORMAT"] = "json"
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args], env=env, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_every_cli_error_line_in_json_mode_is_one_json_line() -> None:
+    """README's Logs: every line the process writes is one JSON object with
+    ``CASCADE_LOG_FORMAT=json``; the clients' own lines (no proxy, a URL refused, a key no
+    header carries) were plain text, which a pipeline parsing each line as JSON refused."""
+    unreached = _client("sessions", "ls", "--url", "http://127.0.0.1:1")
+    blanks = _client("memory", "ls", "--url", "http://127.0.0.1:1 ")
+    spaced = _client("sessions", "ls", "--url", "http://127.0.0.1:1", "--api-key", "a b")
+    for done, status, said in (
+        (unreached, 3, "cascade-proxy sessions ls: cannot reach the proxy at http://127.0.0.1:1"),
+        (blanks, 2, "cascade-proxy memory ls: the URL (--url) has blanks around it"),
+        (spaced, 2, "cascade-proxy sessions ls: the API key (--api-key) has a space"),
+    ):
+        assert done.returncode == status, done.stderr
+        (line,) = done.stderr.splitlines()
+        record = json.loads(line)
+        assert record["level"] == "ERROR" and record["message"].startswith(said), record
