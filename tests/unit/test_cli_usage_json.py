@@ -5,9 +5,14 @@ would reach a log pipeline that parses each line as JSON, and be refused or mang
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+
+import pytest
+
+from proxy.cli_api import say
 
 
 def _serve(*args: str, fmt: str | None) -> subprocess.CompletedProcess[str]:
@@ -72,3 +77,20 @@ def test_every_cli_error_line_in_json_mode_is_one_json_line() -> None:
         (line,) = done.stderr.splitlines()
         record = json.loads(line)
         assert record["level"] == "ERROR" and record["message"].startswith(said), record
+
+
+def test_a_note_beside_an_answer_in_json_mode_is_an_info_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``(more follow: …)`` goes on stderr beside the answer: a JSON line too, at INFO, not
+    an error."""
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", "json")
+    try:
+        say("(more follow: --cursor WyJ4Il0)", note=True)
+        say("cascade-proxy sessions ls: 500 boom")
+    finally:
+        root = logging.getLogger()
+        root.handlers[:] = [h for h in root.handlers if not getattr(h, "cascade", False)]
+    note, error = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert (note["level"], note["message"]) == ("INFO", "(more follow: --cursor WyJ4Il0)")
+    assert (error["level"], error["message"]) == ("ERROR", "cascade-proxy sessions ls: 500 boom")
