@@ -89,7 +89,8 @@ def test_an_answer_no_try_mends_is_said_once_and_not_tried_again(
 ) -> None:
     """An answer that is not JSON (a page in front of the proxy) fails with no HTTP status,
     as a proxy out of reach does: it was tried again every 30 s for as long as the view
-    stayed open, "trying again" said with it. The page's clock is run forward a minute."""
+    stayed open, "trying again" said with it. The page's clock is run forward a minute; the
+    event stream is held, as its events would load the view again."""
     started(console_proxy, "not-json")
     tries: list[str] = []
 
@@ -97,8 +98,11 @@ def test_an_answer_no_try_mends_is_said_once_and_not_tried_again(
         tries.append(route.request.url)
         route.fulfill(status=200, content_type="text/html", body="<html>a portal</html>")
 
+    held: list[Any] = []
     console.page.clock.install()
     console.page.route("**/v1/sessions/not-json", page_in_front)
+    # the stream held unanswered: the events it replays (the turn's) would each load again
+    console.page.route("**/v1/sessions/not-json/events", lambda r: held.append(r))
     page = sign_in(console, "#/s/not-json")
     said = page.get_by_test_id("toast").filter(has_text="Could not load the session")
     said.wait_for()
