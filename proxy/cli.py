@@ -41,7 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra:  # said by the command's parser, with its usage, not by the top one's
             command = usage.command_parser(parser, args)
             _Parser.unplaced = usage.unmarked(extra, _Parser.names, command._option_string_actions)
-            _Parser.hint = usage.misplaced(command, argv, args, _Parser.names, _Parser.unplaced)
+            _Parser.hint = usage.misplaced(
+                command, argv, args, _Parser.names, _Parser.unplaced, _Parser.options
+            )
             command.error(f"unrecognized arguments: {' '.join(extra)}")
         from proxy.cli_run import run  # the heavy imports, under this guard
 
@@ -101,7 +103,7 @@ class _Parser(argparse.ArgumentParser):
         )
         if message.startswith("argument COMMAND: invalid choice"):  # none refused in turn
             hint = "" if unplaced else usage.valued_before(self, self.given)
-        message = usage.unquoted_secrets(message, self.given, self.names, unplaced)
+        message = usage.unquoted_secrets(message, self.given, self.names, unplaced, self.options)
         if hint:
             from proxy.logs import masked  # an error's path alone: loads light
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -21,7 +22,7 @@ import httpx
 
 from proxy.cli_text import cell, printable
 from proxy.cli_url import check_port, has_credentials, on_loopback
-from proxy.logs import without_credentials
+from proxy.logs import configure_logging, format_from_env, without_credentials
 
 __all__ = [
     "CONNECT_SECONDS",
@@ -30,6 +31,7 @@ __all__ = [
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
     "call_api",
+    "say",
 ]
 
 
@@ -67,6 +69,19 @@ is said to be unreachable, not to be working on it."""
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
+def say(line: str, *, note: bool = False) -> None:
+    """One line on stderr: an error (or, ``note``, a note beside the answer, such as where
+    the next page starts), or with ``CASCADE_LOG_FORMAT=json`` one JSON log line (ERROR, a
+    note INFO), as every line the process writes: a log pipeline reading each line as JSON
+    takes the command's too. Read from the environment, since the settings themselves may
+    be what is wrong."""
+    if format_from_env() != "json":
+        print(line, file=sys.stderr)
+        return
+    configure_logging("info", "json")
+    logging.getLogger("cascade").log(logging.INFO if note else logging.ERROR, "%s", line)
+
+
 def call_api(
     args: argparse.Namespace,
     url: str,
@@ -85,11 +100,10 @@ def call_api(
     refused key is named by ``key_from``, where it came from, never quoted."""
     params = request[2]  # an error naming a query parameter is said as its option
     if key and not _HEADER_SAFE.fullmatch(key):  # httpx's error would quote it, or a traceback
-        print(
+        say(
             f"cascade-proxy {command} {args.action}: the API key ({key_from or _KEY_SOURCES}) "
             "has a space, a line break or a non-ASCII character, which "
-            "no header carries",
-            file=sys.stderr,
+            "no header carries"
         )
         return 2
     headers = {"authorization": f"Bearer {key}"} if key else {}
@@ -119,7 +133,7 @@ def call_api(
     more = note(answer) if note and resp.is_success and isinstance(answer, dict) else None
     if more:
         sys.stdout.flush()
-        print(more, file=sys.stderr)
+        say(more, note=True)
     return _status(resp, answer)
 
 
@@ -158,36 +172,33 @@ def _send(
     except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError) as exc:
         # httpx's reason quotes a piece of the URL, which may be a password's first part
         why = f" ({exc})" if shown_url == url else ""
-        print(
+        say(
             f"{who}: cannot reach the proxy at {shown_url}: not a URL{why}; give one as "
-            "http://host:port with --url or CASCADE_URL",
-            file=sys.stderr,
+            "http://host:port with --url or CASCADE_URL"
         )
         return 2
     except httpx.ReadTimeout:  # it was reached: saying it was not would mislead a retry
-        print(
+        say(
             f"{who}: no answer from the proxy at {shown_url} within {WAIT_SECONDS:g} s: "
-            "it had the request, which may still complete there",
-            file=sys.stderr,
+            "it had the request, which may still complete there"
         )
         return EXIT_UNREACHABLE
     except (httpx.ReadError, httpx.RemoteProtocolError) as exc:  # reached, then cut: as above
-        print(
+        say(
             f"{who}: the proxy at {shown_url} broke off its answer ({_reason(exc)}): "
-            "it had the request, which may have completed there",
-            file=sys.stderr,
+            "it had the request, which may have completed there"
         )
         return EXIT_UNREACHABLE
     except httpx.TransportError as exc:
         timed_out = isinstance(exc, httpx.ConnectTimeout)  # httpx's words: "timed out"
         said = f"no connection within {CONNECT_SECONDS:g} s" if timed_out else str(exc)
-        print(f"{who}: cannot reach the proxy at {shown_url}: {said}", file=sys.stderr)
+        say(f"{who}: cannot reach the proxy at {shown_url}: {said}")
         return EXIT_UNREACHABLE
     except httpx.DecodingError as exc:  # a content-encoding that lies: not Cascade's answer
-        print(f"{who}: {shown_url} answered a body that does not decode: {exc}", file=sys.stderr)
+        say(f"{who}: {shown_url} answered a body that does not decode: {exc}")
         return EXIT_UNREACHABLE
     except OSError as exc:  # httpx's TLS context, before any connection: a setting to mend
-        print(f"{who}: {_ca_files_refused(exc)}", file=sys.stderr)
+        say(f"{who}: {_ca_files_refused(exc)}")
         return 2
     return resp
 
@@ -236,10 +247,7 @@ def _say_error(
     # worth a retry, and when; isdigit alone takes "²" (latin-1's 0xb2), which int refuses
     if _status(resp, answer) == EXIT_BUSY and wait.isascii() and wait.isdigit():
         hint = f" (retry after {int(wait)} s)"
-    print(
-        f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}",
-        file=sys.stderr,
-    )
+    say(f"{who}: {resp.status_code} {cell(said or resp.reason_phrase)}{hint}")
 
 
 _OPTIONS = ("limit", "offset", "cursor")  # query parameters sent as the --option of the same name
@@ -259,10 +267,9 @@ def _not_cascade(who: str, url: str, resp: httpx.Response, what: str) -> int:
     front of it that failed), quoting the start of its answer; exit status ``EXIT_UNREACHABLE``,
     as for no proxy."""
     said = cell(resp.text[:500]) if resp.text.strip() else "an empty body"  # one line
-    print(
+    say(
         f"{who}: {without_credentials(url)} answered {resp.status_code} with {what}: {said}"
-        + _redirect(resp),
-        file=sys.stderr,
+        + _redirect(resp)
     )
     return EXIT_UNREACHABLE
 

@@ -7,16 +7,19 @@ standard library as that module does.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 
 __all__ = [
     "BIGINT_MAX",
     "LIST_MAX",
     "MESSAGES_MAX",
+    "QUOTED_DIGITS",
     "count",
     "host",
     "path_session_id",
     "port",
+    "quoted",
     "session_id",
     "suggestion_id",
 ]
@@ -42,6 +45,23 @@ MESSAGES_MAX = 10000
 """The largest page of a session's messages the API gives."""
 
 
+QUOTED_DIGITS = 6
+"""The most digits of a number an error quotes (a count, an id, a port, as one types them): a
+longer run of digits may be a key (a key may be all digits), which is named by its length."""
+
+
+def quoted(text: str) -> str:
+    """``text`` as an error quotes it: a number of :data:`QUOTED_DIGITS` digits at most; a
+    longer number by its length, and anything else not at all: a
+    key given in the wrong place (``memory rm K``) would be written into a terminal or a
+    CI log."""
+    if re.fullmatch(rf"[+-]?\d{{1,{QUOTED_DIGITS}}}", text):
+        return text
+    if re.fullmatch(r"[+-]?\d+", text):
+        return f"a number of {len(text.lstrip('+-'))} digits"
+    return ""
+
+
 def count(least: int, most: int | None = None) -> Callable[[str], int]:
     """An integer option of ``least`` or more (and ``most`` or less): one the API can never
     take is the option's usage error, not a request whose 400 names the API's
@@ -51,12 +71,17 @@ def count(least: int, most: int | None = None) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:  # argparse would say "invalid count value"
-            value = least - 1
+            value = None
+        shown = quoted(text.strip()) if text.strip() else repr(text)  # "--offset ''"
+        if value is None or not shown:
+            raise argparse.ArgumentTypeError(
+                f"not a whole number, which a count of {least} or more is"
+                + ("" if shown else " (what was given is not quoted: it may be a key)")
+            )
         if value < least:
-            shown = text if text.strip() else repr(text)  # "--offset ''" said " is not …"
             raise argparse.ArgumentTypeError(f"{shown} is not a count of {least} or more")
         if most is not None and value > most:
-            raise argparse.ArgumentTypeError(f"{text} is above {most}, the largest the API takes")
+            raise argparse.ArgumentTypeError(f"{shown} is above {most}, the largest the API takes")
         return value
 
     return count

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import io
-import logging
 import math
 import os
 import signal
@@ -25,13 +24,13 @@ from proxy import DEFAULT_CONFIG
 from proxy.app import check_start, create_app
 from proxy.banner import client_origin
 from proxy.cli import option_names
+from proxy.cli_api import say
 from proxy.cli_memory import run_memory
 from proxy.cli_sessions import run_sessions
 from proxy.cli_url import has_credentials, has_query, origin_of
 from proxy.config import ConfigError, config_warnings
 from proxy.config_watch import load_named
 from proxy.listen import InsecureListen
-from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.pgembed import DataDirUnusable, EmbeddedUnavailable, require_embedded, start_embedded
 from proxy.refusals import STARTING
@@ -208,35 +207,31 @@ def _sessions(args: argparse.Namespace) -> int:
         listen = Listen()
         given, url_from = client_origin(listen.host, listen.port), "CASCADE_HOST"
     if given != given.strip():  # refused, not trimmed: a script gave what it did not mean
-        print(
+        say(
             f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has blanks "
-            "around it (a space, a tab or a line break), which no URL has; give it without",
-            file=sys.stderr,
+            "around it (a space, a tab or a line break), which no URL has; give it without"
         )
         return 2
     url = origin_of(given)
     if not _utf8(url):  # the shell's bytes as surrogates: httpx's quoting would raise
-        print(
+        say(
             f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) holds bytes "
-            "that are not UTF-8, which no request carries",
-            file=sys.stderr,
+            "that are not UTF-8, which no request carries"
         )
         return 2
     if has_query(url):  # not quoted: a query may hold a token
-        print(
+        say(
             f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a query or "
             "a fragment ('?' or '#'), which the API's paths would land in; give the proxy's "
-            "origin, http://host:port (with the path of a prefix it is mounted under)",
-            file=sys.stderr,
+            "origin, http://host:port (with the path of a prefix it is mounted under)"
         )
         return 2
     key, key_from = _given(args, "api_key", "--api-key", "CASCADE_API_KEY", "OPENAI_API_KEY")
     if key and has_credentials(url):
-        print(
+        say(
             f"cascade-proxy {args.command} {args.action}: the URL ({url_from}) has a user or "
             f"password, sent as Basic auth, and an API key is given ({key_from}): a request "
-            "has one Authorization header, so one of them would be dropped; give only one",
-            file=sys.stderr,
+            "has one Authorization header, so one of them would be dropped; give only one"
         )
         return 2
     return (run_memory if args.command == "memory" else run_sessions)(args, url, key, key_from)
@@ -261,10 +256,9 @@ def _client_command(args: argparse.Namespace) -> int:
     if sys.stdout is None:  # `cascade-proxy … >&-`: print() would write nothing, silently
         return _unwritten(args, "stdout is closed")
     if unsent := _not_utf8(args):  # httpx's encoding, or the path's quoting, would raise
-        print(
+        say(
             f"cascade-proxy {args.command} {args.action}: {unsent} holds bytes that are not "
-            "UTF-8, which no request carries",
-            file=sys.stderr,
+            "UTF-8, which no request carries"
         )
         return 2
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal not in UTF-8: \u escapes
@@ -309,19 +303,10 @@ def _to_devnull() -> None:
 
 def _unwritten(args: argparse.Namespace, why: str) -> int:
     """Say that the answer could not be written: exit status 1, as the command failed."""
-    print(
-        f"cascade-proxy {args.command} {args.action}: cannot write the answer: {why}",
-        file=sys.stderr,
-    )
+    say(f"cascade-proxy {args.command} {args.action}: cannot write the answer: {why}")
     return 1
 
 
 def refuse(message: str) -> None:
-    """Say why the command cannot run: a line on stderr, or with ``CASCADE_LOG_FORMAT=json``
-    one JSON log line like every other the process writes (read from the environment, since
-    the settings themselves may be what is wrong)."""
-    if format_from_env() == "json":
-        configure_logging("info", "json")
-        logging.getLogger("cascade").error("%s", message)
-    else:
-        print(message, file=sys.stderr)
+    """Say why the command cannot run: one line on stderr, or one JSON log line (``say``)."""
+    say(message)

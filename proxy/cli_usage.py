@@ -15,6 +15,8 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from proxy.cli_args import QUOTED_DIGITS
+
 __all__ = [
     "command_parser",
     "misplaced",
@@ -34,6 +36,7 @@ def misplaced(
     args: Any,
     names: Collection[str] = (),
     unplaced: Collection[str] = (),
+    known: Collection[str] = (),
 ) -> str:
     """The hint for a command's option given before the command's name (``cascade-proxy
     --json sessions ls``), which the top parser does not take: the error is the command's,
@@ -47,7 +50,7 @@ def misplaced(
         return ""
     action = getattr(args, "action", None)
     end = given.index(action, at + 1) if action in given[at + 1 :] else at
-    shown = shown_tokens(given, names, unplaced)
+    shown = shown_tokens(given, names, unplaced, known)
     moved = [*shown[at : end + 1], *shown[:at], *shown[end + 1 :]]
     named = args.command if end == at else f"{args.command} {action}"
     return f" (an option of {named} goes after the command's name: cascade-proxy {_join(moved)})"
@@ -81,7 +84,7 @@ def valued_before(top: argparse.ArgumentParser, given: Sequence[str]) -> str:
     known = _named_parser(top, given[at:])._option_string_actions
     if any(t.split("=")[0] not in known for t in given[:at] if t.startswith("-")):
         return ""
-    shown = shown_tokens(given, commands)
+    shown = shown_tokens(given, commands, (), options(top))
     moved = _join([*shown[at:], *shown[:at]])
     return f" (an option of {given[at]} goes after the command's name: cascade-proxy {moved})"
 
@@ -125,28 +128,43 @@ MASK = "***"
 
 def _secret_option(name: str, value: str) -> bool:
     words = set(re.split(r"[-_]+", name.lstrip("-").lower()))
-    count = bool(words & _COUNTS) and re.fullmatch(r"-?\d+", value) is not None
+    count = bool(words & _COUNTS) and re.fullmatch(_NUMBER, value) is not None
     return bool(_SECRET_OPTION.match(name)) and not count
 
 
-def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str]]:
+_NUMBER = rf"-?\d{{1,{QUOTED_DIGITS}}}"
+"""A number an error quotes (a count's, a mistyped ``--limit``'s): a longer run of digits may
+be a key, which may be all digits."""
+
+
+def _secrets(
+    given: Sequence[str], names: Collection[str], known: Collection[str] = ()
+) -> dict[int, list[str]]:
     """Each token of ``given`` holding a secret, by its place, with the secrets it holds:
-    the value given to an option holding one (``--api-key``, its prefixes argparse takes,
-    ``--a`` too, ``--api-kye``, any short option: none but ``-h`` is cascade-proxy's, and
-    another command's habit may hold a credential, curl's ``-u user:password``), in the
-    option's token (``--api-key=K``, a short option's ``-uuser:password`` whole, but not a
-    long option's name given with one dash, ``-json``, ``-api-key K``) or the next
+    the value given to an option that may take one, whatever its shape (digits, a short word,
+    one character): ``--api-key``, its prefixes argparse takes, ``--a`` too, ``--api-kye``, an
+    option named by a credential's word (:func:`_secret_option`), and any short option: none
+    but ``-h`` is cascade-proxy's, and another command's habit may hold a credential (curl's
+    ``-u user:password``). The value is in the option's token (``--api-key=K``) or the next
     one, which is no long option (a key may start with ``-``) and no command's name
     (``--api-key sessions ls``, the key in the environment); and the token after an
-    authorization scheme given as the value (``--api-key Bearer K``)."""
+    authorization scheme given as the value (``--api-key Bearer K``). A word after one dash
+    (``-upassword``) is a short option with its value, its value masked, and so is the next
+    token, as the option's may be; unless it is one of ``known`` (cascade-proxy's options,
+    :func:`options`), or close to one, given with one dash (``-json``, ``-limit 5``,
+    ``-api-key K``)."""
     found: dict[int, list[str]] = {}
+    longs = [o for o in known if o.startswith("--")]
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
         if re.match(r"-[^\W\d_]", name) and len(name) > 2:  # one dash, more than a letter
-            if _SECRET_OPTION.match(f"-{name}") or _near("--api-key", f"-{name}"):
-                name = f"-{name}"  # -api-key K: a long option's name with one dash
-            elif not re.fullmatch(r"-[a-z]+(?:-[a-z]+)*", name):
-                name, eq, value = token[:2], "=", token  # -uuser:password (curl's), whole
+            if f"-{name}" in longs or difflib.get_close_matches(f"-{name}", longs, 1, 0.8):
+                name = f"-{name}"  # -json, -api-key K: a long option's name with one dash
+            else:  # -upassword: curl's -u and its value, in one token
+                found.setdefault(i, []).append(token[2:])
+                name, eq, value = token[:2], "", ""
+                if i + 1 >= len(given) or given[i + 1] in names or given[i + 1][:1] == "-":
+                    continue
         at = i  # the token holding the value
         if not eq and i + 1 < len(given) and not given[i + 1].startswith("--"):
             at, value = i + 1, "" if given[i + 1] in names else given[i + 1]
@@ -156,9 +174,9 @@ def _secrets(given: Sequence[str], names: Collection[str]) -> dict[int, list[str
         scheme, blank, rest = value.partition(" ")
         if blank and scheme.lower() in _SCHEMES and rest.strip():  # "Bearer K" as one token
             value = rest
-        if len(value) >= 3:
+        if value:
             found.setdefault(at, []).append(value)
-        if value.lower() in _SCHEMES and at + 1 < len(given) and len(given[at + 1]) >= 3:
+        if value.lower() in _SCHEMES and at + 1 < len(given) and given[at + 1]:
             found.setdefault(at + 1, []).append(given[at + 1])  # "Bearer K": K, an extra
     return found
 
@@ -178,7 +196,7 @@ def unmarked(
     for i, token in enumerate(extra):
         before = extra[i - 1] if 0 < i < end else ""
         after_option = before.startswith("-") and "=" not in before and before not in known
-        plain = token in names or re.fullmatch(r"-?\d+", token) or _word(token) or i == end
+        plain = token in names or re.fullmatch(_NUMBER, token) or _word(token) or i == end
         option = token.startswith("-") and i < end
         if not option and not after_option and not plain and len(token) >= 3:
             found.append(token)
@@ -218,7 +236,11 @@ def unnamed_choice(
 
 
 def unquoted_secrets(
-    message: str, given: Sequence[str], names: Collection[str], unplaced: Sequence[str] = ()
+    message: str,
+    given: Sequence[str],
+    names: Collection[str],
+    unplaced: Sequence[str] = (),
+    known: Collection[str] = (),
 ) -> str:
     """``message`` with each secret the command line gave (:func:`_secrets`) and each
     argument ``unplaced`` (:func:`unmarked`) as ``***``, and each URL's user and password
@@ -231,10 +253,16 @@ def unquoted_secrets(
     --api-key:`` are no value."""
     from proxy.logs import masked, without_credentials  # an error's path alone: loads light
 
-    values = [v for held in _secrets(given, names).values() for v in held] + list(unplaced)
-    for form in sorted({f for v in values for f in _quoted(v)}, key=len)[::-1]:
+    held = _secrets(given, names, known)
+    shown = {
+        f: MASK for v in [*(v for vs in held.values() for v in vs), *unplaced] for f in _quoted(v)
+    }
+    for i, values in held.items():  # -upassword: the option's letter kept, "-u***"
+        if given[i][2:] in values and given[i][:1] == "-" != given[i][1:2]:
+            shown.update({f: f[:2] + MASK for f in _quoted(given[i])})
+    for form in sorted(shown, key=len)[::-1]:
         # whole: "--api-key key" hid the option's name, "-o json" the flag --json
-        message = re.sub(rf"(?<![\w-]){re.escape(form)}(?![\w-])", MASK, message)
+        message = re.sub(rf"(?<![\w-]){re.escape(form)}(?![\w-])", shown[form], message)
     head, said = message.split(": ", 1) if message.startswith("argument ") else ("", message)
     if unplaced:
         said += f" ({MASK} is an argument no option takes, not quoted: it may be a key)"
@@ -242,13 +270,16 @@ def unquoted_secrets(
 
 
 def shown_tokens(
-    given: Sequence[str], names: Collection[str], unplaced: Collection[str] = ()
+    given: Sequence[str],
+    names: Collection[str],
+    unplaced: Collection[str] = (),
+    known: Collection[str] = (),
 ) -> list[str]:
     """``given`` as a hint quotes it: each secret masked in its token, the rest of the token
     kept (``--api-key=***``, ``'Bearer ***'``), each argument ``unplaced`` as ``***``, and a
     URL's password (or a user alone, which may be a token) as ``***``, its user and host
     kept, so the corrected command shows its shape and no secret."""
-    secrets = _secrets(given, names)
+    secrets = _secrets(given, names, known)
     shown = []
     for i, token in enumerate(given):
         if token in unplaced:

@@ -13,12 +13,13 @@ CASES = [
     (["sessions", "ls", "--offset", "-1"], "argument --offset: -1 is not a count of 0 or more"),
     (["sessions", "messages", "s1", "--limit", "-3"], "argument --limit: -3 is not a count"),
     (["sessions", "messages", "s1", "--offset=-2"], "argument --offset: -2 is not a count"),
-    (["sessions", "ls", "--limit", "abc"], "argument --limit: abc is not a count of 1 or more"),
+    (["sessions", "ls", "--limit", "abc"], "argument --limit: not a whole number, which a count"),
     (["memory", "rm", "0"], "argument ID: 0 is not a count of 1 or more"),
-    (["sessions", "ls", "--offset", ""], "argument --offset: '' is not a count of 0 or more"),
-    (["memory", "rm", str(2**63)], f"argument ID: {2**63} is above {2**63 - 1}, the largest"),
-    (["sessions", "ls", "--offset", str(2**63)], f"argument --offset: {2**63} is above"),
-    (["sessions", "messages", "s1", "--offset", "1" + "0" * 30], "argument --offset: 1000"),
+    (["sessions", "ls", "--offset", ""], "argument --offset: not a whole number, which a count"),
+    (["memory", "rm", str(2**63)], f"ID: a number of 19 digits is above {2**63 - 1}, the largest"),
+    (["sessions", "ls", "--offset", str(2**63)], "--offset: a number of 19 digits is above"),
+    (["sessions", "ls", "--limit", "999999"], "--limit: 999999 is above 1000"),  # a count: quoted
+    (["sessions", "messages", "s1", "--offset", "1" + "0" * 30], "--offset: a number of 31 digits"),
 ]
 
 
@@ -50,3 +51,17 @@ def test_the_counts_in_bounds_still_go_to_the_proxy(
     code = main([*argv, "--url", "http://127.0.0.1:1"])
     assert code == 3  # no proxy answered: the counts passed as usage
     assert "cannot reach" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["K9xq2vTz", "hunter", "9" * 20, "4.5e3"])
+def test_a_fact_id_that_is_no_count_is_a_usage_error_that_does_not_quote_it(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``memory rm K``: a key pasted in the id's place was quoted back whole (``K is not a
+    count``) into a terminal or a CI log; a number of more than a few digits may be a key."""
+    with pytest.raises(SystemExit) as usage:
+        main(["memory", "rm", given, "--url", "http://127.0.0.1:1"])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "cascade-proxy memory rm: error: argument ID: " in err
+    assert given not in err, err

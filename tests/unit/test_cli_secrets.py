@@ -153,3 +153,54 @@ def test_a_long_lower_case_argument_read_as_a_command_is_not_quoted(
         main(argv)
     err = capsys.readouterr().err
     assert "horse" not in err and "invalid choice: '***'" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "secret"),
+    [
+        (["--api-key", "12345678", "sessions", "ls"], "12345678"),  # a key may be all digits
+        (["sessions", "ls", "12345678"], "12345678"),  # a number too long for a count
+        (["sessions", "ls", "--", "12345678"], "12345678"),
+        (["sessions", "ls", "--num-keys", "12345678"], "12345678"),  # a count's word, no count
+        (["--api-key", "k9", "sessions", "ls"], "k9"),  # any length
+        (["sessions", "ls", "-p", "ab"], "ab"),
+        (["sessions", "ls", "-uhunter"], "hunter"),  # a short option's lower-case value
+        (["-psecret", "sessions", "ls"], "secret"),
+        (["sessions", "ls", "-upassword"], "password"),
+        (["sessions", "ls", "-password", "hunter"], "hunter"),  # -p's value, or --password's
+    ],
+)
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_what_follows_a_secret_taking_option_is_masked_whatever_its_shape(
+    argv: list[str],
+    secret: str,
+    fmt: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """All digits (read as a count), two characters, or a lower-case word glued to a short
+    option (read as a long option's name with one dash, ``-json``): each was quoted."""
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "***" in err and secret not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["sessions", "ls", "-uhunter"], "unrecognized arguments: -u***\n"),  # the option kept
+        (["sessions", "ls", "-limit", "5"], "unrecognized arguments: -limit 5\n"),
+        (["sessions", "ls", "-jsn"], "unrecognized arguments: -jsn\n"),  # close to --json
+        (["sessions", "ls", "999999"], "unrecognized arguments: 999999\n"),  # a count's size
+    ],
+)
+def test_what_names_one_of_cascade_proxys_options_or_a_count_stays_quoted(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert said in capsys.readouterr().err

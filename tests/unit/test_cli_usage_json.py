@@ -5,9 +5,14 @@ would reach a log pipeline that parses each line as JSON, and be refused or mang
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+
+import pytest
+
+from proxy.cli_api import say
 
 
 def _serve(*args: str, fmt: str | None) -> subprocess.CompletedProcess[str]:
@@ -46,3 +51,46 @@ def test_a_usage_error_in_text_keeps_argparses_usage() -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("usage: cascade-proxy serve")
     assert "argument --port: 0 is not a TCP port" in done.stderr
+
+
+def _client(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "OPENAI_"))}
+    env["CASCADE_LOG_FORMAT"] = "json"
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args], env=env, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_every_cli_error_line_in_json_mode_is_one_json_line() -> None:
+    """README's Logs: every line the process writes is one JSON object with
+    ``CASCADE_LOG_FORMAT=json``; the clients' own lines (no proxy, a URL refused, a key no
+    header carries) were plain text, which a pipeline parsing each line as JSON refused."""
+    unreached = _client("sessions", "ls", "--url", "http://127.0.0.1:1")
+    blanks = _client("memory", "ls", "--url", "http://127.0.0.1:1 ")
+    spaced = _client("sessions", "ls", "--url", "http://127.0.0.1:1", "--api-key", "a b")
+    for done, status, said in (
+        (unreached, 3, "cascade-proxy sessions ls: cannot reach the proxy at http://127.0.0.1:1"),
+        (blanks, 2, "cascade-proxy memory ls: the URL (--url) has blanks around it"),
+        (spaced, 2, "cascade-proxy sessions ls: the API key (--api-key) has a space"),
+    ):
+        assert done.returncode == status, done.stderr
+        (line,) = done.stderr.splitlines()
+        record = json.loads(line)
+        assert record["level"] == "ERROR" and record["message"].startswith(said), record
+
+
+def test_a_note_beside_an_answer_in_json_mode_is_an_info_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``(more follow: …)`` goes on stderr beside the answer: a JSON line too, at INFO, not
+    an error."""
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", "json")
+    try:
+        say("(more follow: --cursor WyJ4Il0)", note=True)
+        say("cascade-proxy sessions ls: 500 boom")
+    finally:
+        root = logging.getLogger()
+        root.handlers[:] = [h for h in root.handlers if not getattr(h, "cascade", False)]
+    note, error = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert (note["level"], note["message"]) == ("INFO", "(more follow: --cursor WyJ4Il0)")
+    assert (error["level"], error["message"]) == ("ERROR", "cascade-proxy sessions ls: 500 boom")

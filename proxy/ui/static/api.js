@@ -54,14 +54,18 @@ async function failure(resp) {
 
 // A request that reached nothing (the proxy away, restarting, the network down) fails with
 // the browser's own words ("Failed to fetch"), which name neither the proxy nor the way out:
-// it is said in the console's, still a TypeError (no status: no answer came). An abort is
-// passed on as it is.
+// it is said in the console's, still a TypeError (no status: no answer came), marked
+// `unreached`: a later try may get through, where another error with no status (an answer
+// that is not JSON, a fault of the page's own) meets the same again. An abort is passed on
+// as it is.
 async function reach(url, init) {
   try {
     return await fetch(url, init);
   } catch (err) {
     if (!(err instanceof TypeError)) throw err;
-    throw new TypeError(`the proxy could not be reached (${err.message}); is it running?`);
+    const out = new TypeError(`the proxy could not be reached (${err.message}); is it running?`);
+    out.unreached = true;
+    throw out;
   }
 }
 

@@ -138,25 +138,29 @@ export function rawHandle(row) {
   return row.role === "tool" ? `${row.tool_call_id}@${row.pos}` : row.tool_call_id;
 }
 
-// What the raw-output button says of what was paged back ({text, next, total, capped,
-// original}): the next page to read, or that all is shown; when the proxy's copy was capped
-// (`rawCapBytes`), that it holds only the first bytes of the result, not all of it.
+// What a raw output's status says of what was paged back ({text, next, total, capped,
+// original}): how much is shown, and that a press reads the next page, or that all is
+// shown; when the proxy's copy was capped (`rawCapBytes`), that it holds only the first
+// bytes of the result, not all of it.
 export function rawStatus(shown) {
   if (shown.next < shown.total) {
-    return `Next page (${num(shown.next)} of ${num(shown.total)} characters shown)`;
+    return `${num(shown.next)} of ${num(shown.total)} characters shown: ` +
+      "press again for the next page";
   }
   if (!shown.capped) return "All shown";
   const kept = new TextEncoder().encode(shown.text).length;
   return `All the proxy kept is shown: the first ${num(kept)} of ${num(shown.original)} bytes`;
 }
 
-export const SHOW_RAW = "Show the raw output"; // a raw-output button before its first press
+export const SHOW_RAW = "Show the raw output"; // a raw-output button's words, every press
 
-// A raw-output button says `text`, and is named by it and the result it pages (data-of).
-export function rawLabel(button, text) {
-  button.textContent = text;
-  button.setAttribute("aria-label", text + button.dataset.of);
-  return button;
+// What a raw output's status beside its button says (`text`), set only when it changes: the
+// status is a live region, read out politely as each page comes, where the button's name
+// stays as it was (a screen reader says a focused button's name again each time it
+// changes, at every page read).
+export function rawSaid(li, text) {
+  const status = li.querySelector("[data-testid=raw-status]");
+  if (status.textContent !== text) status.textContent = text;
 }
 
 // What a row's paged-back output is kept under: its handle, and the row's creation time,
@@ -202,13 +206,14 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   if ((kept || row.evicted || cleared) && row.tool_call_id && !row.redacted) {
     // named by its result too (its aria-label, the visible words first): a screen reader's
     // list of buttons tells one result's from another's, and a selection copies only what
-    // is seen (text hidden in the button was copied with it); rawLabel keeps it in step
+    // is seen (text hidden in the button was copied with it). The name stays as it pages:
+    // what was read is said by the status after it (rawSaid)
     const of = row.role === "tool" ? ` of ${tool ? `${tool} ` : ""}(${row.tool_call_id})`
       : ` of message ${row.pos}`;
-    const button = el("button", { type: "button", class: "link", "data-testid": "raw-page",
-      "data-of": of,
-      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } });
-    li.append(rawLabel(button, SHOW_RAW));
+    li.append(el("button", { type: "button", class: "link", "data-testid": "raw-page",
+      "aria-label": SHOW_RAW + of, text: SHOW_RAW,
+      onclick: (e) => { if (e.currentTarget.ariaDisabled !== "true") onPage(row, li); } }),
+    el("span", { class: "hint raw-status", "data-testid": "raw-status", role: "status" }));
   }
   return li;
 }

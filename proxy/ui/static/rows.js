@@ -19,7 +19,7 @@
 // the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
-import { el, num, rawHandle, rawKey, rawLabel, rawStatus, renderMessage, SHOW_RAW } from "./render.js";
+import { el, num, rawHandle, rawKey, rawSaid, rawStatus, renderMessage } from "./render.js";
 
 // What a press on a raw output's button reads: pages of the proxy's on to this many
 // characters more. The proxy's page is the model's (the agent's maxChars, its context's
@@ -246,13 +246,13 @@ export class MessageRows {
 
   // What was paged back of `key`, in its row `li`: `added` (a page read now) goes after the
   // text shown, a spill's megabytes not set again at each page; else the whole text.
-  // Nothing read yet, the button says whether its first page is being read.
+  // Nothing read yet, the status says whether its first page is being read.
   showRaw(li, key, added = null) {
     const shown = this.raw.get(key);
     const button = li.querySelector("[data-testid=raw-page]");
     const reading = this.paging.has(key);
     if (!shown) {
-      rawLabel(button, reading ? "Reading…" : SHOW_RAW);
+      rawSaid(li, reading ? "Reading…" : "");
       button.setAttribute("aria-disabled", String(reading));
       return;
     }
@@ -263,7 +263,7 @@ export class MessageRows {
       pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
       pre.textContent = shown.text;
     }
-    rawLabel(button, reading
+    rawSaid(li, reading
       ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown));
     // reading, or all read: it takes no press (renderMessage), yet keeps the focus, which a
     // disabled button gives up to the page's body, where the keyboard's place is lost

@@ -12,9 +12,12 @@ import { atEnd, toEnd } from "./scroll.js";
 
 const $ = (id) => document.getElementById(id);
 
-// A failure a later try may not meet: no answer came (the proxy away), a 5xx, a timeout or
-// too many requests; another 4xx (a refusal) answers the same again.
+// A failure a later try may not meet: the proxy not reached (away, restarting, the network
+// down), a 5xx, a timeout or too many requests. Another 4xx (a refusal) answers the same
+// again, and so does any other error with no status (an answer that is not JSON, a fault of
+// the page's own): tried again, it was retried for ever.
 function passing(err) {
+  if (err.status === undefined) return err.unreached === true;
   return !(err.status >= 400 && err.status < 500) || err.status === 408 || err.status === 429;
 }
 
@@ -67,6 +70,24 @@ export class SessionView {
     on($("memory-dismiss"), "click", () => this.memory.answer(false));
   }
 
+  // One outage, one alert: a failed load and a lost event stream are said by one toast,
+  // whichever came first, and it goes once neither is failing (a screen reader read two
+  // alerts for one proxy away). `which` is "lost" or "failed"; the toast, or null for a 401,
+  // which signed out instead.
+  alert(which, err, what) {
+    const shown = this.lost || this.failed;
+    this[which] = shown || this.ui.handleError(err, what, 0);
+    return this[which];
+  }
+
+  // `which` ("lost" or "failed") is no longer failing: its toast goes, unless the other
+  // still says it.
+  cleared(which) {
+    const other = which === "lost" ? this.failed : this.lost;
+    if (this[which] && this[which] !== other) this[which].remove();
+    this[which] = null;
+  }
+
   open() {
     $("session-title").textContent = this.id;
     // nothing of the session shown before stays, whatever this one's load answers
@@ -103,22 +124,21 @@ export class SessionView {
         if (state !== "reconnecting") this.replaying = false;
         if (state === "gone" || state === "forbidden") {
           this.following = false;
-          if (this.lost) { this.lost.remove(); this.lost = null; }
+          this.cleared("lost");
           if (state === "gone") this.refresh(true);
         }
         if (state === "live") {
           if (again) { this.live.end(); this.composer.reconnected(); }
           if (again || this.lost) this.refresh(true);
           if (this.lost) {
-            this.lost.remove();
-            this.lost = null;
+            this.cleared("lost");
             this.ui.toast("Live updates are back.", "info", 4000);
           }
           again = true;
         }
         if (state === "reconnecting" && err && !this.lost) { // said until the stream is back
-          this.lost = this.ui.handleError(err, "The live updates stopped; reconnecting", 0) ||
-            document.createElement("div"); // a 401 signed out instead: nothing to remove
+          this.alert("lost", err, "The live updates stopped; reconnecting");
+          this.lost = this.lost || document.createElement("div"); // a 401: nothing to remove
         }
       });
   }
@@ -129,20 +149,20 @@ export class SessionView {
     this.live.drop();
     this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
-    if (this.lost) this.lost.remove();
-    if (this.failed) this.failed.remove();
+    for (const shown of [this.lost, this.failed]) if (shown) shown.remove();
     clearTimeout(this.retry);
   }
 
   // A load that failed (the proxy away or restarting, a 5xx) is tried again by itself, 1 s
-  // on, then twice as long each time up to 30 s (the event stream's pauses): an event
-  // stream that stays healthy brings no event that loads the view again, which stayed empty
-  // until a reload. The failure is said once, until a load is answered: each try raises no
-  // other alert, nor the same again once the person has closed it.
+  // on, then twice as long each time up to 30 s (the event stream's pauses), for as long as
+  // it fails: an event stream that stays healthy brings no event that loads the view again,
+  // which stayed empty until a reload. The failure is said once, until a load is answered:
+  // each try raises no other alert, nor the same again once the person has closed it. The
+  // proxy back, the stream live loads the view too (follow).
   retryLater(err) {
-    if (!this.failed) {
-      this.failed = this.ui.handleError(err, "Could not load the session; trying again", 0);
-      if (!this.failed) return; // a 401: signed out, nothing to try again
+    if (!this.failed && !this.alert("failed", err, "Could not load the session; trying " +
+      `again, every ${RETRY_MAX_MS / 1000} s at most, until it answers`)) {
+      return; // a 401: signed out, nothing to try again
     }
     clearTimeout(this.retry);
     this.retry = setTimeout(() => this.refresh(true),
@@ -155,7 +175,7 @@ export class SessionView {
   loaded() {
     this.tries = 0;
     clearTimeout(this.retry);
-    if (this.failed) { this.failed.remove(); this.failed = null; }
+    this.cleared("failed");
   }
 
   // One load at a time, and at most one more queued: a burst of events while one runs

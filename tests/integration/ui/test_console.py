@@ -312,7 +312,7 @@ def test_cut_and_evicted_outputs_page_back(
     cut.locator("[data-mark=truncated]").wait_for()
     assert len(cut.locator("pre.body").inner_text()) <= MAX_CHARS
     cut.get_by_test_id("raw-page").click()  # the proxy's pages (MAX_CHARS each), one press
-    cut.get_by_test_id("raw-page").filter(has_text="All shown").wait_for()
+    cut.get_by_test_id("raw-status").filter(has_text="All shown").wait_for()
     raw = cut.get_by_test_id("raw-output")
     assert raw.text_content() == tool_round(3, 5000)[2]["content"]  # each page follows on
     reclaimed = page.get_by_test_id("usage-reclaimed")

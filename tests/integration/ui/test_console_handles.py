@@ -95,9 +95,10 @@ def test_a_capped_copy_is_said_to_be_one(
     button = cut.get_by_test_id("raw-page")
     button.click()  # one press reads the proxy's pages on to the copy's end
     cut.get_by_test_id("raw-output").filter(has_text="file 1 line 0099").wait_for()
-    button.filter(has_text="All the proxy kept").wait_for()
+    said = cut.get_by_test_id("raw-status")
+    said.filter(has_text="All the proxy kept").wait_for()
     assert button.is_disabled()
-    text = button.inner_text()
+    text = said.inner_text()
     assert "All shown" not in text
     assert f"{RAW_CAP:,} of {size:,} bytes" in text, text
 
