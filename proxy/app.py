@@ -77,6 +77,8 @@ class State(TypedDict):
     chat: ChatService
     settings: Settings
     summarizer: DurableSummarizer
+    stop: StopClock
+    """The stop's grace, begun at this app's server's stop (``stopping.watch_stop``)."""
 
 
 def _tune_gc() -> None:
@@ -274,6 +276,7 @@ def create_app(
                 chat=chat_service,
                 settings=settings,
                 summarizer=summarizer,
+                stop=stop_clock,
             )
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)

@@ -93,16 +93,17 @@ def test_uvicorn_keeps_the_signals_it_raises_again_in_a_list() -> None:
     logging.getLogger("uvicorn.error").removeFilter(server_mod._no_errors)  # as serve does
 
 
-def test_uvicorns_signal_sets_the_flag_the_stop_clock_reads() -> None:
-    """``proxy.stopping`` learns of the stop from sse-starlette's ``AppStatus.should_exit``,
-    which its hook on uvicorn's ``Server.handle_exit`` sets, under ``serve``'s server and a
-    plain one alike: a release that drops the hook fails here, not as streams a stop never
-    bounds."""
+def test_uvicorns_signal_stops_its_server_alone() -> None:
+    """uvicorn's ``Server.handle_exit`` sets that server's ``should_exit`` (what
+    ``stopping.watch_stop`` reads of its app's server) and, sse-starlette's own stop turned
+    off (``proxy.stopping``), not its process-wide ``AppStatus.should_exit``, which ended
+    every server's event streams in the process: a release that drops the switch fails
+    here."""
+    assert stopping.POLL_SECONDS  # imported: the switch is set
     for server_class in (uvicorn.Server, _Server):
         srv = server_class(uvicorn.Config(app=lambda scope, receive, send: None))
-        assert not stopping.stop_requested()
         try:
             srv.handle_exit(signal.SIGTERM, None)
-            assert stopping.stop_requested()
+            assert srv.should_exit and not AppStatus.should_exit
         finally:
             AppStatus.should_exit = False
