@@ -7,6 +7,7 @@ included. Every stored event of the session reaches it, none more than twice."""
 from __future__ import annotations
 
 import collections
+import signal
 import threading
 import time
 from pathlib import Path
@@ -148,3 +149,31 @@ def test_a_reader_of_the_events_across_a_sigkill_gets_each_once_or_twice(
     assert set(counts) == set(stored)  # nothing but the session's
     assert max(counts.values()) <= 2, counts
     assert follower.cuts >= 1  # the kill cut it
+
+
+def test_a_stop_of_serve_ends_its_event_streams_at_once(
+    fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path
+) -> None:
+    """SIGTERM: ``serve``'s app finds its own server's stop (``stopping.serving``) and ends
+    its event streams, sse-starlette's process-wide stop being off; the process exits."""
+    fake_upstream.default = reply("done")
+    config = write_config(tmp_path / "agents.json", fake_upstream.url)
+    p = ProxyProcess(config, db_dsn, tmp_path / "proxy.log").start()
+    try:
+        history: list[dict[str, Any]] = [{"role": "user", "content": "run the tool"}]
+        assert _turn(p.origin, history, 1)
+        headers = {**AUTH, "accept": "text/event-stream"}
+        with (
+            httpx.Client(base_url=p.origin, timeout=httpx.Timeout(5, connect=1)) as c,
+            c.stream("GET", f"/v1/sessions/{SID}/events", headers=headers) as r,
+        ):
+            lines = r.iter_lines()
+            assert ": live" in lines
+            assert p.proc is not None
+            p.proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            assert all(line.startswith(":") or not line for line in lines)  # then its end
+            assert time.monotonic() - started < 2.0
+        assert p.proc.wait(10) is not None
+    finally:
+        p.stop()
