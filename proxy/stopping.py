@@ -154,25 +154,42 @@ def serving(clock: StopClock) -> uvicorn.Server | None:
     running loop's tasks await (at their root under ``Server.run``, deeper when embedded)
     and whose lifespan state holds ``clock`` (two servers may share a loop). None before the
     lifespan's start is done, and under another server."""
+    return _serving(clock, _servers())
+
+
+def _serving(clock: StopClock, servers: list[uvicorn.Server]) -> uvicorn.Server | None:
+    return next((s for s in servers if _state(s).get("stop") is clock), None)
+
+
+def _servers() -> list[uvicorn.Server]:
+    """The uvicorn servers whose ``serve`` the running loop's tasks await."""
+    found: list[uvicorn.Server] = []
     for task in asyncio.all_tasks():
         coro: Any = task.get_coro()
         while coro is not None:
             frame = getattr(coro, "cr_frame", None)
             server = frame.f_locals.get("self") if frame is not None else None
-            if isinstance(server, uvicorn.Server):
-                lifespan = getattr(server, "lifespan", None)
-                if getattr(lifespan, "state", {}).get("stop") is clock:
-                    return server
+            if isinstance(server, uvicorn.Server) and server not in found:
+                found.append(server)
             coro = getattr(coro, "cr_await", None)
-    return None
+    return found
+
+
+def _state(server: uvicorn.Server) -> dict[str, Any]:
+    return getattr(getattr(server, "lifespan", None), "state", None) or {}
 
 
 async def watch_stop(clock: StopClock) -> None:
     """Begin ``clock`` once the stop of the server serving its app (:func:`serving`) has
     begun; the lifespan runs it as a task and cancels it as it closes. Another server's stop
-    in the process is not this app's."""
-    server = None
-    while server is None or not server.should_exit:
+    in the process is not this app's. The search walks the loop's tasks, so it ends as soon
+    as it cannot succeed, rather than walk them every poll for the life of the process: no
+    uvicorn server on the loop (another ASGI server, a test client), or each one serving
+    already (``started``, its lifespan's start done) with another app's clock."""
+    while (server := _serving(clock, servers := _servers())) is None:
+        if all(s.started for s in servers):
+            return  # no stop of this app's server to watch: its own stop ends what runs
         await asyncio.sleep(POLL_SECONDS)
-        server = server or serving(clock)
+    while not server.should_exit:
+        await asyncio.sleep(POLL_SECONDS)
     clock.begin()

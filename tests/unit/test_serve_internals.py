@@ -8,13 +8,16 @@ frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import uvicorn
 from sse_starlette.sse import AppStatus
+from starlette.applications import Starlette
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -107,3 +110,32 @@ def test_uvicorns_signal_stops_its_server_alone() -> None:
             assert srv.should_exit and not AppStatus.should_exit
         finally:
             AppStatus.should_exit = False
+
+
+async def test_the_stop_finds_the_uvicorn_server_serving_its_app() -> None:
+    """``stopping.serving`` reads a real ``uvicorn.Server``: its ``serve`` awaited on the
+    loop, its ``lifespan.state`` the app's lifespan state, its ``should_exit``, its
+    ``started`` (the search's end): a release that renames one fails here, not as streams
+    that outlast a stop."""
+    clock = stopping.StopClock(grace=5)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        watcher = asyncio.create_task(stopping.watch_stop(clock))
+        yield {"stop": clock}
+        await asyncio.wait_for(watcher, timeout=2)  # it ends as it begins the clock
+
+    config = uvicorn.Config(Starlette(lifespan=lifespan), port=0, log_config=None)
+    srv = uvicorn.Server(config)
+    serving = asyncio.create_task(srv.serve())
+    try:
+        while not srv.started:
+            await asyncio.sleep(0.01)
+        assert stopping.serving(clock) is srv
+        assert clock.deadline is None
+        srv.should_exit = True  # what its handle_exit sets (no signal: uvicorn raises it again)
+        await asyncio.wait_for(serving, timeout=5)
+        assert clock.deadline is not None
+    finally:
+        srv.should_exit = True
+        await serving

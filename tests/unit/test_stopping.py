@@ -105,6 +105,35 @@ async def test_an_apps_stop_is_its_own_servers_alone() -> None:
             task.cancel()
 
 
+async def test_the_search_for_the_apps_server_ends_where_none_will_come() -> None:
+    """The search reads every task's coroutine frames, which costs as tasks grow (each open
+    stream's): under another ASGI server or a test client, or with every uvicorn server on
+    the loop serving another app already, the watch ends rather than search every poll for
+    the life of the process. A server whose lifespan has yet to start serving is waited for."""
+    clock = StopClock(grace=5)
+    await asyncio.wait_for(watch_stop(clock), timeout=1)  # no uvicorn server on the loop
+    other = _Serving(StopClock())
+    other.started = True  # serving another app
+    starting = _Serving(StopClock())
+    starting.lifespan.state = {}  # its app's lifespan still starting
+    tasks = [asyncio.create_task(s.serve()) for s in (other, starting)]
+    try:
+        await asyncio.sleep(0)
+        watcher = asyncio.create_task(watch_stop(clock))
+        await asyncio.sleep(3 * POLL_SECONDS)
+        assert not watcher.done()  # a server on the loop may yet serve its app
+        starting.lifespan.state = {"stop": clock}
+        starting.should_exit = True
+        await asyncio.wait_for(watcher, timeout=1)
+        assert clock.deadline is not None
+        starting.started = True  # now both serve another app than this one's
+        await asyncio.wait_for(watch_stop(StopClock()), timeout=1)
+    finally:
+        for server in (other, starting):
+            server.done.set()
+        await asyncio.gather(*tasks)
+
+
 def test_serve_gives_uvicorn_the_grace_and_the_time_to_store_as_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
