@@ -4,11 +4,15 @@ length, never the server's 500."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from starlette.requests import Request
 
 from proxy.api import events
-from proxy.api.event_cursor import TOKEN_IDS
+from proxy.api.deps import BIGINT_MAX
+from proxy.api.event_cursor import TOKEN_IDS, Cursor
+from proxy.api.last_event_id import TOKEN_CHARS
 from proxy.errors import ClientRequestError
 
 
@@ -51,3 +55,22 @@ def test_a_resume_token_lists_no_more_ids_than_a_stream_sends() -> None:
     assert events._after(_request(most)) == (40, frozenset({41}))
     with pytest.raises(ClientRequestError, match="not a resume token"):
         events._after(_request(most + ".2"))
+
+
+@pytest.mark.parametrize(
+    ("mark", "low"), [(0, 4_000_000_000), (0, BIGINT_MAX - 200), (3_999_999_990, 4_000_000_000)]
+)
+def test_a_token_a_stream_sends_past_many_ids_is_taken_back_whatever_their_size(
+    mark: int, low: int
+) -> None:
+    """Ids are one sequence over every session, so a busy proxy's are 10 digits and more: a
+    stream that sent more than ``TOKEN_IDS`` above its mark (0 for one opened with no id,
+    its events not settled yet), one unsent below them, lists the lowest 64, each up to a
+    bigint's 19 digits past the mark, and that token is under ``TOKEN_CHARS`` and parsed."""
+    cursor = Cursor(mark, datetime.now(UTC), lambda agent: True)
+    sent = [low + 2, *range(low + 4, low + 4 + 2 * TOKEN_IDS)]  # low + 3 may yet commit
+    for i in sent:
+        cursor.take(i)
+    token = cursor.token()
+    assert token is not None and len(token) <= TOKEN_CHARS
+    assert events._after(_request(token)) == (mark, frozenset(sent[:TOKEN_IDS]))
