@@ -2,7 +2,8 @@
 reads a session's events during a tool loop, and started again on the same database and
 port. The client reconnects as the console's reader does (``proxy/ui/static/api.js``,
 ``followEvents``): with ``Last-Event-ID`` the last ``id:`` it read, a resume token's frame
-included. Every stored event of the session reaches it, none more than twice."""
+included. Every stored event of the session reaches it, none more than twice. The restarted
+process's SIGTERM then ends its event streams at once (one process's two starts serve both)."""
 
 from __future__ import annotations
 
@@ -140,6 +141,7 @@ def test_a_reader_of_the_events_across_a_sigkill_gets_each_once_or_twice(
         while not set(stored) <= set(follower.ids):
             assert time.monotonic() < deadline, sorted(set(stored) - set(follower.ids))
             time.sleep(0.05)
+        _stop_ends_streams_at_once(p)
     finally:
         stop.set()
         follower.done.set()
@@ -151,29 +153,19 @@ def test_a_reader_of_the_events_across_a_sigkill_gets_each_once_or_twice(
     assert follower.cuts >= 1  # the kill cut it
 
 
-def test_a_stop_of_serve_ends_its_event_streams_at_once(
-    fake_upstream: FakeUpstream, db_dsn: str, tmp_path: Path
-) -> None:
+def _stop_ends_streams_at_once(p: ProxyProcess) -> None:
     """SIGTERM: ``serve``'s app finds its own server's stop (``stopping.serving``) and ends
     its event streams, sse-starlette's process-wide stop being off; the process exits."""
-    fake_upstream.default = reply("done")
-    config = write_config(tmp_path / "agents.json", fake_upstream.url)
-    p = ProxyProcess(config, db_dsn, tmp_path / "proxy.log").start()
-    try:
-        history: list[dict[str, Any]] = [{"role": "user", "content": "run the tool"}]
-        assert _turn(p.origin, history, 1)
-        headers = {**AUTH, "accept": "text/event-stream"}
-        with (
-            httpx.Client(base_url=p.origin, timeout=httpx.Timeout(5, connect=1)) as c,
-            c.stream("GET", f"/v1/sessions/{SID}/events", headers=headers) as r,
-        ):
-            lines = r.iter_lines()
-            assert ": live" in lines
-            assert p.proc is not None
-            p.proc.send_signal(signal.SIGTERM)
-            started = time.monotonic()
-            assert all(line.startswith(":") or not line for line in lines)  # then its end
-            assert time.monotonic() - started < 2.0
-        assert p.proc.wait(10) is not None
-    finally:
-        p.stop()
+    headers = {**AUTH, "accept": "text/event-stream"}
+    with (
+        httpx.Client(base_url=p.origin, timeout=httpx.Timeout(5, connect=1)) as c,
+        c.stream("GET", f"/v1/sessions/{SID}/events", headers=headers) as r,
+    ):
+        lines = r.iter_lines()
+        assert ": live" in lines
+        assert p.proc is not None
+        p.proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert all(line.startswith(":") or not line for line in lines)  # then its end
+        assert time.monotonic() - started < 2.0
+    assert p.proc.wait(10) is not None
