@@ -1,6 +1,7 @@
 """The private parts of uvicorn that a stop reads (proxy/server.py's reaper of unread
-connections, its signals raised again), and sse-starlette's flag the stop's grace begins
-with (proxy/stopping.py), on the installed versions and on
+connections, its signals raised again; the server serving an app, whose stop begins its
+grace: proxy/stopping.py), and sse-starlette's process-wide stop left off, on the installed
+versions and on
 both of uvicorn's HTTP protocols (httptools, which ``serve`` takes when it is installed, and
 h11, without it): an upgrade that renames one fails here rather than silently leaving a
 frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
@@ -114,9 +115,10 @@ def test_uvicorns_signal_stops_its_server_alone() -> None:
 
 async def test_the_stop_finds_the_uvicorn_server_serving_its_app() -> None:
     """``stopping.serving`` reads a real ``uvicorn.Server``: its ``serve`` awaited on the
-    loop, its ``lifespan.state`` the app's lifespan state, its ``should_exit``, its
-    ``started`` (the search's end): a release that renames one fails here, not as streams
-    that outlast a stop."""
+    loop (here under another coroutine, as ``uvicorn.workers.UvicornWorker`` awaits it), its
+    ``lifespan.state`` the app's lifespan state, its ``should_exit``, its ``started`` (the
+    search's end): a release that renames one fails here, not as streams that outlast a
+    stop."""
     clock = stopping.StopClock(grace=5)
 
     @contextlib.asynccontextmanager
@@ -125,9 +127,12 @@ async def test_the_stop_finds_the_uvicorn_server_serving_its_app() -> None:
         yield {"stop": clock}
         await asyncio.wait_for(watcher, timeout=2)  # it ends as it begins the clock
 
+    async def worker(srv: uvicorn.Server) -> None:  # as gunicorn's uvicorn worker awaits it
+        await srv.serve()
+
     config = uvicorn.Config(Starlette(lifespan=lifespan), port=0, log_config=None)
     srv = uvicorn.Server(config)
-    serving = asyncio.create_task(srv.serve())
+    serving = asyncio.create_task(worker(srv))
     try:
         while not srv.started:
             await asyncio.sleep(0.01)
