@@ -84,8 +84,8 @@ class Cursor:
         the highest one sent that the stream has not sent may be one a writer has yet to
         commit (two writers), which a reconnect's replay with the highest id alone would take
         for the client's; an id sent after a higher one would have that higher one sent
-        again. A token that leaves some out has the reconnect send those again: an event
-        comes at most twice, and none is lost."""
+        again. A token that leaves some out has the reconnect send those again, on each
+        reconnect until the mark moves past them (``SETTLE_SECONDS``), and none is lost."""
         above = sorted(i for i in self.sent if i > self.mark)
         if not above:
             return None
