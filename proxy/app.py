@@ -78,6 +78,8 @@ class State(TypedDict):
     chat: ChatService
     settings: Settings
     summarizer: DurableSummarizer
+    stop: StopClock
+    """The stop's grace, begun at this app's server's stop (``stopping.watch_stop``)."""
 
 
 def _tune_gc() -> None:
@@ -291,6 +293,7 @@ def create_app(
                 chat=chat_service,
                 settings=settings,
                 summarizer=summarizer,
+                stop=stop_clock,
             )
 
     app = FastAPI(title="Cascade", version=__version__, lifespan=lifespan)

@@ -147,17 +147,39 @@ _OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 _TOKENS = tuple(4.0**i for i in range(14))
 
 
+_CREATED: bool | None = None
+"""Whether this process exports the ``*_created`` series, once its first :class:`Metrics`
+read :data:`CREATED_ENV` (None before)."""
+
+
 def _created_series() -> None:
     """The ``*_created`` series (a counter's or histogram's creation time, a gauge of its own
     per label set in the text format) are off unless :data:`CREATED_ENV` says otherwise, as
     prometheus-client reads it: they double the counters' series for a figure no dashboard
     here reads, and multiprocess mode never exports them, so both modes export the same
-    names. The switch is the process's (prometheus-client keeps it in a global)."""
+    names. prometheus-client keeps the switch in one global of the process, read as each
+    app renders, so the first app made in the process sets it: a later one made under
+    another value (an embedding, tests) follows it, with a warning, rather than change
+    what the first one exports under it."""
+    global _CREATED
     value = os.environ.get(CREATED_ENV) or None  # an empty variable is an unset one
-    if value is None or value.lower() in ("true", "1", "t"):
-        disable_created_metrics()  # type: ignore[no-untyped-call]
-    else:
-        enable_created_metrics()  # type: ignore[no-untyped-call]
+    wanted = value is not None and value.lower() not in ("true", "1", "t")
+    if _CREATED is None:
+        _CREATED = wanted
+        if wanted:
+            enable_created_metrics()  # type: ignore[no-untyped-call]
+        else:
+            disable_created_metrics()  # type: ignore[no-untyped-call]
+    elif wanted != _CREATED:
+        log.warning(
+            "%s=%s asks for the *_created series %s, but this process's first app %s them "
+            "and the switch is the process's (prometheus-client's): this app follows it; "
+            "run it in a process of its own",
+            CREATED_ENV,
+            value or "",
+            "on" if wanted else "off",
+            "exports" if _CREATED else "leaves out",
+        )
 
 
 class Metrics:

@@ -8,10 +8,15 @@ and ``[DONE]``, and its turn is stored as a stream that broke off is
 (``services/forward.py``); a memory promotion still running is waited for until then
 (``services/compaction.py``).
 
-The stop's start is read from sse-starlette's ``AppStatus.should_exit``, its documented flag,
-which it sets from uvicorn's ``Server.handle_exit`` (under ``serve`` and under a plain
-``uvicorn proxy.app:create_app --factory`` alike) and which the session event streams end
-on: :func:`stop_requested` is the one place that reads it, and :func:`watch_stop` polls it.
+The stop's start is each app's own: the ``should_exit`` of the uvicorn server that serves
+it (:func:`serving`: the one whose ``serve`` runs the app's event loop and whose lifespan
+state holds the app's clock), under ``serve`` and a plain ``uvicorn proxy.app:create_app
+--factory`` alike; :func:`watch_stop` polls it and begins the clock, which ends the app's
+session event streams too (``api/events.py``). sse-starlette's own stop,
+``AppStatus.should_exit``, is one flag for the process, which any server's stop set and
+nothing reset, so a process running two servers (the tests, an embedding) ended the other's
+streams at one's stop: it is turned off here (``AppStatus.disable_automatic_graceful_drain``,
+its documented switch), and no sse-starlette stream ends at a stop but by its generator.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
+import uvicorn
 from sse_starlette.sse import AppStatus
 
 __all__ = [
@@ -31,7 +37,7 @@ __all__ = [
     "STOPPED",
     "STOPPED_CODE",
     "StopClock",
-    "stop_requested",
+    "serving",
     "watch_stop",
     "within_grace",
 ]
@@ -57,9 +63,7 @@ STOPPED = (
 STOPPED_CODE = "server_stopping"
 
 
-def stop_requested() -> bool:
-    """Whether the server's stop has begun: sse-starlette's ``AppStatus.should_exit``."""
-    return bool(AppStatus.should_exit)
+AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]  # each app its own
 
 
 class StopClock:
@@ -71,6 +75,7 @@ class StopClock:
         self.expired = False
         self.deadline: float | None = None  # the loop's time the grace ends, once begun
         self._wakes: set[Callable[[], None]] = set()
+        self._begins: set[Callable[[], None]] = set()
         self._ended: asyncio.Future[None] | None = None
 
     def begin(self) -> None:
@@ -80,6 +85,17 @@ class StopClock:
         loop = asyncio.get_running_loop()
         self.deadline = loop.time() + self.grace
         loop.call_at(self.deadline, self._expire)
+        for wake in list(self._begins):
+            wake()
+
+    def on_begin(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` (once) when the stop begins, at once when it has; what the
+        returned call undoes."""
+        if self.deadline is not None:
+            wake()
+            return lambda: None
+        self._begins.add(wake)
+        return functools.partial(self._begins.discard, wake)
 
     def left(self) -> float | None:
         """Seconds of the grace left (0 once past it); ``None`` before the stop."""
@@ -133,13 +149,47 @@ async def within_grace(
     return len(pending)
 
 
+def serving(clock: StopClock) -> uvicorn.Server | None:
+    """The uvicorn server serving the app whose clock is ``clock``: one whose ``serve`` the
+    running loop's tasks await (at their root under ``Server.run``, deeper when embedded)
+    and whose lifespan state holds ``clock`` (two servers may share a loop). None before the
+    lifespan's start is done, and under another server."""
+    return _serving(clock, _servers())
+
+
+def _serving(clock: StopClock, servers: list[uvicorn.Server]) -> uvicorn.Server | None:
+    return next((s for s in servers if _state(s).get("stop") is clock), None)
+
+
+def _servers() -> list[uvicorn.Server]:
+    """The uvicorn servers whose ``serve`` the running loop's tasks await."""
+    found: list[uvicorn.Server] = []
+    for task in asyncio.all_tasks():
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None)
+            server = frame.f_locals.get("self") if frame is not None else None
+            if isinstance(server, uvicorn.Server) and server not in found:
+                found.append(server)
+            coro = getattr(coro, "cr_await", None)
+    return found
+
+
+def _state(server: uvicorn.Server) -> dict[str, Any]:
+    return getattr(getattr(server, "lifespan", None), "state", None) or {}
+
+
 async def watch_stop(clock: StopClock) -> None:
-    """Begin ``clock`` once the stop has begun (:func:`stop_requested`); the lifespan runs it
-    as a task and cancels it as it closes. The flag is process-wide and nothing resets it:
-    set as the lifespan starts, it is an earlier server's stop in this process (a stop of
-    this one during its start ends it before it serves), and is cleared, or this server
-    would read it as its own stop (and sse-starlette end its event streams at once)."""
-    AppStatus.should_exit = False
-    while not stop_requested():
+    """Begin ``clock`` once the stop of the server serving its app (:func:`serving`) has
+    begun; the lifespan runs it as a task and cancels it as it closes. Another server's stop
+    in the process is not this app's. The search walks the loop's tasks, so it ends as soon
+    as it cannot succeed, rather than walk them every poll for the life of the process: no
+    uvicorn server on the loop (another ASGI server, a test client), or each one serving
+    already (``started``, its lifespan's start done) with another app's clock."""
+    while (server := _serving(clock, servers := _servers())) is None:
+        if all(s.started for s in servers):
+            return  # no stop of this app's server to watch: its own stop ends what runs
+        await asyncio.sleep(POLL_SECONDS)
+    while not server.should_exit:
         await asyncio.sleep(POLL_SECONDS)
     clock.begin()

@@ -26,7 +26,8 @@ drop id n when n committed a moment later. Every event is written by one short s
 
 TOKEN_IDS = 64
 """The most ids a resume token lists (``Cursor.token``); a stream that sent more above its
-mark names its last event's id alone, as a stream with no gap below it does."""
+mark lists the lowest ones: a reconnect sends the others again (a client dedupes by id),
+rather than skip an event a writer commits late below its last id."""
 
 
 def frame(event: BusEvent) -> dict[str, Any]:
@@ -78,19 +79,20 @@ class Cursor:
     def token(self) -> str | None:
         """What the client is to reconnect with, past what this stream sent: the highest id
         sent when it sent each one from the mark up to it, else a resume token, the mark,
-        then each id sent above it less the mark, dot-separated (``None``: none sent above
-        the mark, or too many to list). An id between the mark and the highest one sent that
-        the stream has not sent may be one a writer has yet to commit (two writers), which a
-        reconnect's replay with the highest id alone would take for the client's; an id sent
-        after a higher one would have that higher one sent again."""
-        if len(self.sent) > TOKEN_IDS:
-            return None
+        then each id sent above it less the mark, dot-separated, the lowest ``TOKEN_IDS`` of
+        them past that many (``None``: none sent above the mark). An id between the mark and
+        the highest one sent that the stream has not sent may be one a writer has yet to
+        commit (two writers), which a reconnect's replay with the highest id alone would take
+        for the client's; an id sent after a higher one would have that higher one sent
+        again. A token that leaves some out has the reconnect send those again, on each
+        reconnect until the mark moves past them (``SETTLE_SECONDS``), and none is lost."""
         above = sorted(i for i in self.sent if i > self.mark)
         if not above:
             return None
         if above[-1] - self.mark == len(above):
             return str(above[-1])  # no gap: each id up to the highest sent
-        return ".".join([str(self.mark), *(str(i - self.mark) for i in above)])
+        listed = above[:TOKEN_IDS]
+        return ".".join([str(self.mark), *(str(i - self.mark) for i in listed)])
 
     def take(self, event_id: int) -> bool:
         """True the first time ``event_id`` comes (send it), False after."""

@@ -21,6 +21,7 @@ from proxy.api.last_event_id import LAST_EVENT_ID, LAST_EVENT_ID_QUERY, after as
 from proxy.auth import PROXY_KEY
 from proxy.bus import LAGGED, RELISTENED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import NotFound
+from proxy.stopping import StopClock
 from proxy.store import events as store, sessions
 from proxy.store.db import DatabaseUnavailable
 
@@ -33,6 +34,10 @@ LIVE = {"comment": "live"}
 """The comment that ends the replay (``: live``): every event published from then on reaches
 the stream, a transient one (``session.reset``) among them, so what a client reads after it
 is current, and it need not wait for the first ping to know the stream is open."""
+
+STOPPING = BusEvent("", {})
+"""Put on a stream's queue as its app's stop begins (``stopping.StopClock``): the stream
+ends, as sse-starlette's own stop ended it, but for this app's stop only."""
 
 CATCH_UP_SECONDS = 2.0
 """How often an open stream also reads the table for events it was not told about."""
@@ -219,7 +224,26 @@ async def _live(
     reads: Reads,
 ) -> AsyncIterator[dict[str, Any]]:
     """The stream past its replay (``_stream``), its catch-ups due on the session's shared
-    schedule (``catch_up.Reads``) and read with the session's other streams."""
+    schedule (``catch_up.Reads``) and read with the session's other streams, until its
+    app's stop begins (``STOPPING``)."""
+    stop: StopClock = request.state.stop
+    unwatch = stop.on_begin(partial(queue.put_nowait, STOPPING))
+    try:
+        async for frame in _until_gone(request, pool, session, queue, cursor, reads):
+            yield frame
+    finally:
+        unwatch()
+
+
+async def _until_gone(
+    request: Request,
+    pool: Any,
+    session: tuple[str, str, datetime],
+    queue: asyncio.Queue[BusEvent],
+    cursor: Cursor,
+    reads: Reads,
+) -> AsyncIterator[dict[str, Any]]:
+    """``_live``'s frames, until the stream ends."""
     tenant, session_id, _ = session
     loop = asyncio.get_running_loop()
     due = reads.due(loop.time(), CATCH_UP_SECONDS)
@@ -241,7 +265,7 @@ async def _live(
             async for frame in reconnect.last_frames(cursor, again):
                 yield frame
             return
-        if event is SESSION_GONE or event is LAGGED:
+        if event is SESSION_GONE or event is LAGGED or event is STOPPING:
             return
         queued = live.dequeued()
         async for frame in live.read_first(event, cursor):

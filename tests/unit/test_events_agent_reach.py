@@ -20,6 +20,7 @@ from proxy.api import events
 from proxy.auth import PROXY_KEY
 from proxy.bus import BusEvent
 from proxy.config import AuthKeyConfig
+from proxy.stopping import StopClock
 from proxy.store.db import DatabaseUnavailable
 
 LIMITED = AuthKeyConfig(key_env="CASCADE_TEST_LIMITED", tenant="t", agents=("reviewer",))
@@ -43,7 +44,9 @@ class _Bus:
 
 class _Request:
     scope = {PROXY_KEY: LIMITED}
-    state = SimpleNamespace(config=SimpleNamespace(current=SimpleNamespace(auth=AUTH)))
+    state = SimpleNamespace(
+        config=SimpleNamespace(current=SimpleNamespace(auth=AUTH)), stop=StopClock()
+    )
 
     def __init__(self) -> None:
         self.gone = False

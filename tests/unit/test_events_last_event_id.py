@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import re
 
+from datetime import UTC, datetime
+
 import pytest
 from starlette.requests import Request
 
 from proxy.api import events, last_event_id
 from proxy.api.event_cursor import TOKEN_IDS
+
+from proxy.api import events
+from proxy.api.deps import BIGINT_MAX
+from proxy.api.event_cursor import TOKEN_IDS, Cursor
+from proxy.api.last_event_id import TOKEN_CHARS
 from proxy.errors import ClientRequestError
 
 
@@ -89,3 +96,21 @@ def test_the_documented_pattern_takes_the_shapes_the_stream_takes(value: str, ta
     else:
         with pytest.raises(ClientRequestError):
             events._after(_request(value))
+
+@pytest.mark.parametrize(
+    ("mark", "low"), [(0, 4_000_000_000), (0, BIGINT_MAX - 200), (3_999_999_990, 4_000_000_000)]
+)
+def test_a_token_a_stream_sends_past_many_ids_is_taken_back_whatever_their_size(
+    mark: int, low: int
+) -> None:
+    """Ids are one sequence over every session, so a busy proxy's are 10 digits and more: a
+    stream that sent more than ``TOKEN_IDS`` above its mark (0 for one opened with no id,
+    its events not settled yet), one unsent below them, lists the lowest 64, each up to a
+    bigint's 19 digits past the mark, and that token is under ``TOKEN_CHARS`` and parsed."""
+    cursor = Cursor(mark, datetime.now(UTC), lambda agent: True)
+    sent = [low + 2, *range(low + 4, low + 4 + 2 * TOKEN_IDS)]  # low + 3 may yet commit
+    for i in sent:
+        cursor.take(i)
+    token = cursor.token()
+    assert token is not None and len(token) <= TOKEN_CHARS
+    assert events._after(_request(token)) == (mark, frozenset(sent[:TOKEN_IDS]))

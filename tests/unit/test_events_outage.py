@@ -15,6 +15,7 @@ import pytest
 
 from proxy.api import events
 from proxy.config import Config
+from proxy.stopping import StopClock
 from proxy.store.db import DatabaseUnavailable
 
 
@@ -26,7 +27,9 @@ class _Bus:
 
 class _Request:
     scope: dict[str, Any] = {}  # pass-through: no key to revoke
-    state = SimpleNamespace(config=SimpleNamespace(current=Config()))  # nor keys to close it
+    state = SimpleNamespace(
+        config=SimpleNamespace(current=Config()), stop=StopClock()
+    )  # nor keys to close it
 
     def __init__(self) -> None:
         self.gone = False

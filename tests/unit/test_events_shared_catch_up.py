@@ -18,6 +18,7 @@ import pytest
 from proxy.api import catch_up, events
 from proxy.bus import RELISTENED, BusEvent
 from proxy.config import Config
+from proxy.stopping import StopClock
 from proxy.store.db import DatabaseUnavailable
 
 STREAMS = 200
@@ -44,7 +45,7 @@ class _Bus:
 
 class _Request:
     scope: dict[str, Any] = {}  # pass-through: no key to revoke
-    state = SimpleNamespace(config=SimpleNamespace(current=Config()))
+    state = SimpleNamespace(config=SimpleNamespace(current=Config()), stop=StopClock())
     gone = False
 
     async def is_disconnected(self) -> bool:

@@ -3,11 +3,14 @@ dashboard's rate() or an alert on it has a series before the first event."""
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from proxy import metrics
 from proxy.metrics import CREATED_ENV, RESULTS, STAGES, Metrics
 
 
@@ -58,17 +61,41 @@ def test_a_single_process_exports_the_runtimes_collectors() -> None:
         assert name in text, name
 
 
-def test_no_created_series_unless_prometheus_clients_switch_asks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _first(monkeypatch: pytest.MonkeyPatch, **env: str) -> Metrics:
+    """The process's first ``Metrics`` under ``env`` (the switch read afresh)."""
+    monkeypatch.setattr(metrics, "_CREATED", None)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Metrics()
+
+
+@pytest.fixture
+def created_switch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(CREATED_ENV, raising=False)
-    assert "_created" not in Metrics().render().decode()
+    yield
+    monkeypatch.delenv(CREATED_ENV, raising=False)
+    _first(monkeypatch)  # the switch is the process's: back off for the tests after
+
+
+def test_no_created_series_unless_prometheus_clients_switch_asks(
+    monkeypatch: pytest.MonkeyPatch, created_switch: None
+) -> None:
+    assert "_created" not in _first(monkeypatch).render().decode()
+    assert "cascade_requests_created" in _counted(_first(monkeypatch, **{CREATED_ENV: "false"}))
+
+
+def test_the_first_app_sets_the_created_switch_for_the_process(
+    monkeypatch: pytest.MonkeyPatch, created_switch: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prometheus-client's switch is one global, read as each app renders: a second app
+    made under another value turned the first one's series on (or off) under it."""
+    first = _first(monkeypatch)
     monkeypatch.setenv(CREATED_ENV, "false")
-    try:
-        assert "cascade_requests_created" in _counted(Metrics())
-    finally:
-        monkeypatch.delenv(CREATED_ENV)
-        Metrics()  # the switch is the process's: back off for the tests after
+    with caplog.at_level(logging.WARNING, "cascade.metrics"):
+        second = Metrics()
+    assert "_created" not in _counted(first) and "_created" not in _counted(second)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"{CREATED_ENV}=false asks for the *_created series on, but")
 
 
 def _counted(metrics: Metrics) -> str:
@@ -76,12 +103,9 @@ def _counted(metrics: Metrics) -> str:
     return metrics.render().decode()
 
 
-def test_an_empty_created_switch_is_an_unset_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_empty_created_switch_is_an_unset_one(
+    monkeypatch: pytest.MonkeyPatch, created_switch: None
+) -> None:
     """As every empty variable is (README): a compose file's ``PROMETHEUS_DISABLE_CREATED_SERIES:``
     left blank keeps them off, where prometheus-client reads it as ``false``."""
-    monkeypatch.setenv(CREATED_ENV, "")
-    try:
-        assert "_created" not in _counted(Metrics())
-    finally:
-        monkeypatch.delenv(CREATED_ENV)
-        Metrics()
+    assert "_created" not in _counted(_first(monkeypatch, **{CREATED_ENV: ""}))

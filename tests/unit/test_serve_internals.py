@@ -1,6 +1,7 @@
 """The private parts of uvicorn that a stop reads (proxy/server.py's reaper of unread
-connections, its signals raised again), and sse-starlette's flag the stop's grace begins
-with (proxy/stopping.py), on the installed versions and on
+connections, its signals raised again; the server serving an app, whose stop begins its
+grace: proxy/stopping.py), and sse-starlette's process-wide stop left off, on the installed
+versions and on
 both of uvicorn's HTTP protocols (httptools, which ``serve`` takes when it is installed, and
 h11, without it): an upgrade that renames one fails here rather than silently leaving a
 frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
@@ -8,13 +9,16 @@ frozen client's connection to hold the stop until the orchestrator's SIGKILL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import uvicorn
 from sse_starlette.sse import AppStatus
+from starlette.applications import Starlette
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -93,16 +97,50 @@ def test_uvicorn_keeps_the_signals_it_raises_again_in_a_list() -> None:
     logging.getLogger("uvicorn.error").removeFilter(server_mod._no_errors)  # as serve does
 
 
-def test_uvicorns_signal_sets_the_flag_the_stop_clock_reads() -> None:
-    """``proxy.stopping`` learns of the stop from sse-starlette's ``AppStatus.should_exit``,
-    which its hook on uvicorn's ``Server.handle_exit`` sets, under ``serve``'s server and a
-    plain one alike: a release that drops the hook fails here, not as streams a stop never
-    bounds."""
+def test_uvicorns_signal_stops_its_server_alone() -> None:
+    """uvicorn's ``Server.handle_exit`` sets that server's ``should_exit`` (what
+    ``stopping.watch_stop`` reads of its app's server) and, sse-starlette's own stop turned
+    off (``proxy.stopping``), not its process-wide ``AppStatus.should_exit``, which ended
+    every server's event streams in the process: a release that drops the switch fails
+    here."""
+    assert stopping.POLL_SECONDS  # imported: the switch is set
     for server_class in (uvicorn.Server, _Server):
         srv = server_class(uvicorn.Config(app=lambda scope, receive, send: None))
-        assert not stopping.stop_requested()
         try:
             srv.handle_exit(signal.SIGTERM, None)
-            assert stopping.stop_requested()
+            assert srv.should_exit and not AppStatus.should_exit
         finally:
             AppStatus.should_exit = False
+
+
+async def test_the_stop_finds_the_uvicorn_server_serving_its_app() -> None:
+    """``stopping.serving`` reads a real ``uvicorn.Server``: its ``serve`` awaited on the
+    loop (here under another coroutine, as ``uvicorn.workers.UvicornWorker`` awaits it), its
+    ``lifespan.state`` the app's lifespan state, its ``should_exit``, its ``started`` (the
+    search's end): a release that renames one fails here, not as streams that outlast a
+    stop."""
+    clock = stopping.StopClock(grace=5)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        watcher = asyncio.create_task(stopping.watch_stop(clock))
+        yield {"stop": clock}
+        await asyncio.wait_for(watcher, timeout=2)  # it ends as it begins the clock
+
+    async def worker(srv: uvicorn.Server) -> None:  # as gunicorn's uvicorn worker awaits it
+        await srv.serve()
+
+    config = uvicorn.Config(Starlette(lifespan=lifespan), port=0, log_config=None)
+    srv = uvicorn.Server(config)
+    serving = asyncio.create_task(worker(srv))
+    try:
+        while not srv.started:
+            await asyncio.sleep(0.01)
+        assert stopping.serving(clock) is srv
+        assert clock.deadline is None
+        srv.should_exit = True  # what its handle_exit sets (no signal: uvicorn raises it again)
+        await asyncio.wait_for(serving, timeout=5)
+        assert clock.deadline is not None
+    finally:
+        srv.should_exit = True
+        await serving

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 import uvicorn
-from sse_starlette.sse import AppStatus
 
 from proxy.server import _Server
 
@@ -20,10 +19,7 @@ def server() -> Iterator[_Server]:
     srv = _Server(uvicorn.Config(app=lambda scope, receive, send: None))
     srv.started = True
     srv.server_state.connections.update({object(), object()})  # type: ignore[arg-type]
-    try:
-        yield srv
-    finally:
-        AppStatus.should_exit = False  # the stop sets it process-wide (sse_starlette)
+    yield srv  # its stop sets no process-wide flag (proxy.stopping)
 
 
 def _said(caplog: pytest.LogCaptureFixture) -> list[str]:

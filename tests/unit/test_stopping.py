@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import signal
 from typing import Any
 
 import pytest
-from sse_starlette.sse import AppStatus
+import uvicorn
 
 from proxy import cli_run
 from proxy.settings import Settings
@@ -16,7 +17,7 @@ from proxy.stopping import (
     POLL_SECONDS,
     STORE_SECONDS,
     StopClock,
-    stop_requested,
+    serving,
     watch_stop,
     within_grace,
 )
@@ -69,21 +70,68 @@ async def test_within_grace_says_what_it_leaves_running(caplog: pytest.LogCaptur
     assert said.startswith("stopping: 1 memory promotion(s) still running after the stop's")
 
 
-async def test_a_flag_an_earlier_server_left_set_begins_no_stop() -> None:
-    """``AppStatus.should_exit`` is process-wide and nothing resets it: a server started in a
-    process where another one stopped (tests, an embedding) read it as its own stop at once,
-    and each chat stream it served ended ``server_stopping`` a grace later."""
-    AppStatus.should_exit = True  # an earlier server's stop
-    clock = StopClock(grace=0.05)
-    watcher = asyncio.create_task(watch_stop(clock))
+class _Serving(uvicorn.Server):
+    """A server whose ``serve`` runs until told, its app's lifespan state holding ``clock``."""
+
+    def __init__(self, clock: StopClock) -> None:
+        super().__init__(uvicorn.Config(app=lambda scope, receive, send: None))
+        self.lifespan: Any = type("Lifespan", (), {"state": {"stop": clock}})()
+        self.done = asyncio.Event()
+
+    async def serve(self, sockets: Any = None) -> None:
+        await self.done.wait()
+
+
+async def test_an_apps_stop_is_its_own_servers_alone() -> None:
+    """Two servers on one loop (two in one process, each on its own loop, alike): one's
+    stop begins its app's clock, not the other's, where sse-starlette's one flag for the
+    process (``AppStatus.should_exit``) began both."""
+    ours, theirs = StopClock(grace=5), StopClock(grace=5)
+    here, there = _Serving(ours), _Serving(theirs)
+    tasks = [asyncio.create_task(s.serve()) for s in (here, there)]
+    watchers = [asyncio.create_task(watch_stop(c)) for c in (ours, theirs)]
     try:
+        await asyncio.sleep(0)
+        assert serving(ours) is here and serving(theirs) is there
+        assert serving(StopClock()) is None  # no server's app
+        there.handle_exit(signal.SIGTERM, None)
+        await asyncio.wait_for(watchers[1], timeout=1)
         await asyncio.sleep(3 * POLL_SECONDS)
-        assert clock.deadline is None and not stop_requested()
-        AppStatus.should_exit = True  # this server's own stop
-        await asyncio.wait_for(clock.ended(), timeout=1)
+        assert theirs.deadline is not None and ours.deadline is None
     finally:
-        watcher.cancel()
-        AppStatus.should_exit = False
+        for server in (here, there):
+            server.done.set()
+        for task in [*tasks, *watchers]:
+            task.cancel()
+
+
+async def test_the_search_for_the_apps_server_ends_where_none_will_come() -> None:
+    """The search reads every task's coroutine frames, which costs as tasks grow (each open
+    stream's): under another ASGI server or a test client, or with every uvicorn server on
+    the loop serving another app already, the watch ends rather than search every poll for
+    the life of the process. A server whose lifespan has yet to start serving is waited for."""
+    clock = StopClock(grace=5)
+    await asyncio.wait_for(watch_stop(clock), timeout=1)  # no uvicorn server on the loop
+    other = _Serving(StopClock())
+    other.started = True  # serving another app
+    starting = _Serving(StopClock())
+    starting.lifespan.state = {}  # its app's lifespan still starting
+    tasks = [asyncio.create_task(s.serve()) for s in (other, starting)]
+    try:
+        await asyncio.sleep(0)
+        watcher = asyncio.create_task(watch_stop(clock))
+        await asyncio.sleep(3 * POLL_SECONDS)
+        assert not watcher.done()  # a server on the loop may yet serve its app
+        starting.lifespan.state = {"stop": clock}
+        starting.should_exit = True
+        await asyncio.wait_for(watcher, timeout=1)
+        assert clock.deadline is not None
+        starting.started = True  # now both serve another app than this one's
+        await asyncio.wait_for(watch_stop(StopClock()), timeout=1)
+    finally:
+        for server in (other, starting):
+            server.done.set()
+        await asyncio.gather(*tasks)
 
 
 def test_serve_gives_uvicorn_the_grace_and_the_time_to_store_as_its_bound(

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from proxy.config import Config
+from proxy.stopping import StopClock
 
 
 class QuietBus:
@@ -23,7 +24,7 @@ class LeavingRequest:
     """A stream's request; ``gone`` set, every stream made with it sees its client leave."""
 
     scope: dict[str, Any] = {}  # pass-through
-    state = SimpleNamespace(config=SimpleNamespace(current=Config()))
+    state = SimpleNamespace(config=SimpleNamespace(current=Config()), stop=StopClock())
 
     def __init__(self) -> None:
         self.gone = False

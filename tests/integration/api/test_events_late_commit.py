@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 import pytest
 
-from proxy.api import events as events_api
+from proxy.api import event_cursor, events as events_api
 from proxy.settings import Settings
 from tests.integration.api import test_events
 from tests.integration.api.conftest import ProxyServer
@@ -119,3 +119,72 @@ def test_an_id_below_the_last_frames_committed_after_it_comes_on_the_reconnect(
     assert [line for line in replay if line.startswith("id:")][:1] == [f"id: {late}"]
     assert "event: test.early" not in replay  # the client has it
     assert replay[-2:] == [f"id: {early}", ""]  # and resumes past it: it has both
+
+
+async def _write_late_busy(
+    dsn: str, sid: str, ids: list[int], commit: threading.Event, early: int
+) -> None:
+    """``test.late`` in a transaction left open, then ``early`` ``test.early`` events
+    committed at once (ids past it); ``test.late`` commits once ``commit`` is set."""
+    late = await asyncpg.connect(dsn)
+    try:
+        async with late.transaction():
+            ids.append(int(await late.fetchval(INSERT, sid, "test.late")))
+            other = await asyncpg.connect(dsn)
+            try:
+                rows = await other.fetch(
+                    "INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id, "
+                    "'test.early', jsonb_build_object('session_id', id) FROM sessions, "
+                    "generate_series(1, $2) WHERE id = $1 RETURNING id",
+                    sid,
+                    early,
+                )
+                ids.extend(sorted(int(r["id"]) for r in rows))
+            finally:
+                await other.close()
+            await asyncio.to_thread(commit.wait, 10)
+    finally:
+        await late.close()
+
+
+def test_a_late_commit_below_more_ids_than_a_token_lists_comes_on_the_reconnect(
+    proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy session: the stream sent more ids above its mark than a resume token lists
+    (``event_cursor.TOKEN_IDS``) while ``late``, below them, was not committed. Its last
+    frame lists the lowest ones, not the last event's id alone: the reconnect's replay sends
+    ``late`` and those it left out again (a second time at most), and nothing is lost."""
+    assert settings.database_url is not None
+    monkeypatch.setattr(test_events, "READ_TIMEOUT", 1.0)
+    sid, early = "late-busy", event_cursor.TOKEN_IDS + 6
+    chat(proxy.origin, sid, [user("u1")])
+    ids: list[int] = []
+    commit = threading.Event()
+    writer = threading.Thread(
+        target=run_sync,
+        args=(_write_late_busy(settings.database_url, sid, ids, commit, early),),
+    )
+    try:
+        with open_events(proxy.origin, sid) as events:
+            had = {f.id for f in events.until(is_usage)}
+            writer.start()
+            while len(ids) < early + 1 and writer.is_alive():
+                time.sleep(0.01)
+            late, *written = ids
+            had |= {f.id for f in events.until(lambda f: f.id == str(written[-1]), max_frames=99)}
+            with pytest.raises(httpx.ReadTimeout):  # the client's last frame was the one after
+                events.next()
+            last_id = events.last_id
+        commit.set()
+        writer.join()
+        assert last_id is not None
+        with open_events(proxy.origin, sid, last_event_id=last_id) as events:
+            replay = _until_live(events)
+    finally:
+        commit.set()
+        if writer.is_alive():
+            writer.join()
+    again = [line.removeprefix("id: ") for line in replay if line.startswith("id: ")]
+    assert str(late) in again and str(late) not in had
+    assert {str(i) for i in written} <= had  # each early event came, and may come again
+    assert len(again) < early  # the token's ids did not

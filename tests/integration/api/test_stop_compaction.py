@@ -10,12 +10,10 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sse_starlette.sse import AppStatus
 
 from proxy.cascade.types import COMPACTION_COMPLETED
 from proxy.services import compaction
@@ -34,12 +32,6 @@ from tests.integration.api.test_promotion_off_the_path import HeldFacts
 
 CONTEXT = {"memoryPromotion": {"mode": "auto"}}
 STARTED, FAILED = "context.compaction.started", "context.compaction.failed"
-
-
-@pytest.fixture(autouse=True)
-def _flag_cleared() -> Iterator[None]:
-    yield
-    AppStatus.should_exit = False  # process-wide (sse-starlette)
 
 
 class HeldCompleted:
@@ -107,7 +99,6 @@ def test_a_promotion_a_stop_cut_past_its_grace_is_taken_over_by_the_next_request
         assert s.query("SELECT fact FROM memory") == []
         owed = "SELECT promotion_from, promotion_due <= now() AS due FROM sessions WHERE id = $1"
         assert s.query(owed, "owed") == [{"promotion_from": 1, "due": True}]
-    AppStatus.should_exit = False
     held.active = False
     with stack(tmp_path, db_dsn, fake_upstream, model, context=CONTEXT) as s:
         agent.client = s.client("owed")
@@ -157,7 +148,6 @@ def test_a_stop_during_the_fast_models_call_leaves_the_span_to_the_next_process(
         assert [e["name"] for e in compaction_events(s, "cut-call")] == [STARTED, FAILED]
         assert compaction_events(s, "cut-call")[-1]["reason"] == "interrupted"
         assert s.summaries("cut-call") == []
-    AppStatus.should_exit = False
     with stack(tmp_path, db_dsn, fake_upstream, Model()) as s:
         agent.client = s.client("cut-call")
         agent.say(words(450, "next"))  # still past softFraction: the span is folded again

@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sse_starlette.sse import AppStatus
 
 from proxy.settings import Settings
 from tests.fakes.replies import Pacer, reply
@@ -36,7 +35,6 @@ def proxy(settings: Settings) -> Iterator[ProxyServer]:
         yield server
     finally:
         server.stop()
-        AppStatus.should_exit = False  # process-wide (sse-starlette): the next test's run on
 
 
 def _frames(raw: bytes) -> list[Any]:
@@ -116,7 +114,6 @@ def test_the_stopped_turn_is_stored(
     assert _frames(raw)[-1] == "[DONE]"
     proxy._thread.join(timeout=10)
     # a new replica on the same database reads the session the stopped one stored
-    AppStatus.should_exit = False
     again = ProxyServer(settings).start()
     try:
         with httpx.Client(base_url=again.origin, headers=HEADERS, timeout=10) as http:

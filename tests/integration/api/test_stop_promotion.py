@@ -12,8 +12,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from sse_starlette.sse import AppStatus
-
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Agent, stack, wait_until, words
 from tests.integration.api.conftest import Records
@@ -44,16 +42,13 @@ def test_a_stop_waits_for_a_running_promotion_and_keeps_its_facts(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
     model = HeldFacts()
-    try:
-        with _stack(tmp_path, db_dsn, fake_upstream, model, grace=5.0) as s:
-            _compact_with_facts_held(s, model, "stop-facts")
-            assert s.query("SELECT fact FROM memory") == []
-            s.proxy._server.handle_exit(signal.SIGTERM, None)  # as uvicorn takes the signal
-            threading.Timer(0.3, model.held.allow, args=(10,)).start()  # the facts come late
-            s.proxy.stop()
-            facts = s.query("SELECT fact, source_session FROM memory")
-    finally:
-        AppStatus.should_exit = False  # process-wide (sse-starlette)
+    with _stack(tmp_path, db_dsn, fake_upstream, model, grace=5.0) as s:
+        _compact_with_facts_held(s, model, "stop-facts")
+        assert s.query("SELECT fact FROM memory") == []
+        s.proxy._server.handle_exit(signal.SIGTERM, None)  # as uvicorn takes the signal
+        threading.Timer(0.3, model.held.allow, args=(10,)).start()  # the facts come late
+        s.proxy.stop()
+        facts = s.query("SELECT fact, source_session FROM memory")
     assert facts == [{"fact": "The parser is src/parse.py", "source_session": "stop-facts"}]
     assert not model.held.expired
 
@@ -62,13 +57,10 @@ def test_a_promotion_past_the_grace_is_cut_with_a_warning(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, records: Records
 ) -> None:
     model = HeldFacts()  # never allowed: its 3 s of patience outlast the grace
-    try:
-        with _stack(tmp_path, db_dsn, fake_upstream, model, grace=0.3) as s:
-            _compact_with_facts_held(s, model, "cut-facts")
-            s.proxy._server.handle_exit(signal.SIGTERM, None)
-            s.proxy.stop()
-            assert s.query("SELECT fact FROM memory") == []
-    finally:
-        AppStatus.should_exit = False
+    with _stack(tmp_path, db_dsn, fake_upstream, model, grace=0.3) as s:
+        _compact_with_facts_held(s, model, "cut-facts")
+        s.proxy._server.handle_exit(signal.SIGTERM, None)
+        s.proxy.stop()
+        assert s.query("SELECT fact FROM memory") == []
     said = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
     assert any("memory promotion(s) still running after the stop's grace" in m for m in said)

@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sse_starlette.sse import AppStatus
 
 from proxy import server as server_mod
 from proxy.settings import Settings
@@ -53,7 +52,6 @@ def served(settings: Settings, request: pytest.FixtureRequest) -> Iterator[Proxy
         yield proxy
     finally:
         proxy.stop()
-        AppStatus.should_exit = False  # process-wide: the next test's streams run on
 
 
 def test_a_stop_cuts_an_event_streams_unread_bytes_after_a_bound(
