@@ -5,16 +5,12 @@ is the client's 400, whatever its length, never the server's 500."""
 from __future__ import annotations
 
 import re
-
 from datetime import UTC, datetime
 
 import pytest
 from starlette.requests import Request
 
 from proxy.api import events, last_event_id
-from proxy.api.event_cursor import TOKEN_IDS
-
-from proxy.api import events
 from proxy.api.deps import BIGINT_MAX
 from proxy.api.event_cursor import TOKEN_IDS, Cursor
 from proxy.api.last_event_id import TOKEN_CHARS
@@ -96,6 +92,7 @@ def test_the_documented_pattern_takes_the_shapes_the_stream_takes(value: str, ta
     else:
         with pytest.raises(ClientRequestError):
             events._after(_request(value))
+
 
 @pytest.mark.parametrize(
     ("mark", "low"), [(0, 4_000_000_000), (0, BIGINT_MAX - 200), (3_999_999_990, 4_000_000_000)]
