@@ -6,9 +6,10 @@ process has: parsed, an answer holds several times its bytes. So every whole ans
 (``answers.read_capped``: a chat asked unstreamed, a model list, an embeddings answer, a fast
 model's summary asked unstreamed, a provider's error body) takes its bytes from one budget as
 they arrive (``Lease.grow``) and gives them back when the proxy is done with the answer: its
-object is freed (``Lease.tie``), or its read fails. Streams are relayed as they arrive and hold
-only an event at a time, so they take nothing (a summary read from a stream is built in its
-accumulator, bounded as a relayed reply is, and takes nothing either).
+object is freed (``Lease.tie``), or at once when no answer comes of them (``with Lease``: a
+read that fails, or anything after it before the answer exists). Streams are relayed as
+they arrive and hold only an event at a time, so they take nothing (a summary read from a
+stream is built in its accumulator, bounded as a relayed reply is, and takes nothing either).
 
 ``CASCADE_MAX_HELD_ANSWER_BYTES`` sets the budget (``limit``; 0 turns it off), which the
 app's ``Upstream`` keeps. Over it:
@@ -121,6 +122,15 @@ class Lease:
         size, self.size = self.size, 0
         if size:
             self.budget.give(size)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """A read, or anything after it, that fails before the answer is the caller's (a
+        cancelled close, a broken body) gives the bytes back: no answer holds them."""
+        if kind is not None:
+            self.release()
 
     def tie(self, owner: object) -> None:
         """Give the bytes back when ``owner`` (the answer holding them) is freed."""
