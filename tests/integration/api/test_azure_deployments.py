@@ -1,7 +1,8 @@
 """The SDK's ``AzureOpenAI`` client, given the proxy's origin as its ``azure_endpoint``, chats
 through ``/openai/deployments/<deployment>/chat/completions``: the deployment is the model,
 and the call goes to the configured provider as a ``/v1`` chat does (its path, its key
-rules, the client's ``api-version`` with it); the session-in-path form works too."""
+rules, the client's query with it but for its ``api-version``, the version of Azure's path
+API, which Azure's own v1 path refuses); the session-in-path form works too."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_an_azure_client_chats_through_its_deployment_path(
     assert answer.choices[0].message.content == "hello"
     sent = fake_upstream.requests[-1]
     assert sent.path == CHAT and sent.json["model"] == "gpt-fake"
-    assert "api-version=2024-10-21" in sent.query
+    assert "api-version" not in sent.query  # Azure's v1 path answers it with a 400
     assert sent.headers.get("api-key") == KEY
     stream = client.chat.completions.create(
         model="gpt-fake",
@@ -54,11 +55,12 @@ def test_the_deployment_is_the_model_whatever_the_body_names(
     with httpx.Client(base_url=proxy.origin, headers={"api-key": KEY}) as http:
         answer = http.post(
             "/openai/deployments/my-gpt/chat/completions",
-            params={"api-version": "2024-10-21"},
+            params={"api-version": "2024-10-21", "route": "eu"},
             json={"model": "something-else", "messages": _HI},
         )
     assert answer.status_code == 200, answer.text
     assert fake_upstream.requests[-1].json["model"] == "my-gpt"
+    assert fake_upstream.requests[-1].query == "route=eu"  # the rest of the query goes on
 
 
 def test_the_session_in_the_path_names_an_azure_clients_session(
