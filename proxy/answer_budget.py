@@ -29,6 +29,7 @@ Streamed answers never wait on it: held whole in no buffer, they cost it nothing
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import weakref
 
@@ -50,6 +51,9 @@ class AnswerBudget:
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
         self.held = 0
+        # ``held`` changes on the loop (``take``) and on whatever thread a finalizer runs
+        # (``give``): unlocked, a thread switch inside ``+=`` loses one of the two updates.
+        self._lock = threading.Lock()
         self._freed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop
 
@@ -84,13 +88,15 @@ class AnswerBudget:
                 await asyncio.wait_for(self._freed.wait(), left)
             except TimeoutError:
                 continue
-        self.held += size
+        with self._lock:
+            self.held += size
 
     def give(self, size: int) -> None:
         """Give ``size`` bytes back, waking every answer that waits for room: on the waiters'
         loop, since a finalizer (``Lease.tie``) may run on whatever thread collects."""
-        self.held = max(0, self.held - size)
-        freed, self._freed = self._freed, None
+        with self._lock:
+            self.held = max(0, self.held - size)
+            freed, self._freed = self._freed, None
         if freed is None or self._loop is None:
             return
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import time
 
@@ -184,3 +185,21 @@ async def test_answers_cancelled_mid_read_or_waiting_for_room_give_their_bytes_b
         await asyncio.gather(*calls, return_exceptions=True)
         assert budget.held == held
     await upstream.client.aclose()
+
+
+async def test_bytes_given_on_another_thread_and_taken_on_the_loop_all_count() -> None:
+    """A finalizer gives bytes back on whatever thread collects while the loop takes others':
+    every one of both is counted (a thread switch inside an unlocked ``+=`` lost one)."""
+    interval, count = sys.getswitchinterval(), 50_000
+    budget = AnswerBudget(1 << 40)
+    budget.held = count
+    giver = threading.Thread(target=lambda: [budget.give(1) for _ in range(count)])
+    sys.setswitchinterval(1e-6)  # switch threads as often as it can
+    try:
+        giver.start()
+        for _ in range(count):
+            await budget.take(1)
+        giver.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert budget.held == count
