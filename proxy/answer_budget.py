@@ -1,4 +1,4 @@
-"""A process-wide budget of the bytes that whole provider answers hold in memory.
+"""An app's budget of the bytes that whole provider answers hold in memory.
 
 Each whole answer is capped on its own (``answers.MAX_ANSWER_BYTES``, an embeddings answer's
 ``MAX_EMBEDDINGS_BYTES``), but many large ones at once could still take all the memory the
@@ -12,7 +12,8 @@ they arrive and hold only an event at a time, so they take nothing (a summary re
 stream is built in its accumulator, bounded as a relayed reply is, and takes nothing either).
 
 ``CASCADE_MAX_HELD_ANSWER_BYTES`` sets the budget (``limit``; 0 turns it off), which the
-app's ``Upstream`` keeps. Over it:
+app's ``Upstream`` keeps; unset, it is ``default_limit``: a quarter of the container's memory,
+at most ``DEFAULT_LIMIT``. Over it:
 
 - a call for a whole answer made while the budget is spent is refused before it is sent, a
   503 ``server_busy`` with ``Retry-After`` (the SDKs retry those), so no provider is paid
@@ -32,21 +33,45 @@ import asyncio
 import threading
 import time
 import weakref
+from collections.abc import Sequence
+from pathlib import Path
 
 from proxy.errors import ServerBusy
 
-__all__ = ["WAIT_SECONDS", "AnswerBudget", "Lease"]
+__all__ = ["DEFAULT_LIMIT", "WAIT_SECONDS", "AnswerBudget", "Lease", "default_limit"]
 
 WAIT_SECONDS = 5.0
 """How long an answer arriving over the budget waits for room before its 503."""
 
 _SETTING = "CASCADE_MAX_HELD_ANSWER_BYTES"
 
+DEFAULT_LIMIT = 512 << 20
+"""The budget where the process's memory has no limit the proxy can read, and the most a
+container's gets."""
+
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+"""Where cgroup v2, then v1, says the most memory the container may take."""
+
+
+def default_limit(files: Sequence[str] = CGROUP_LIMITS) -> int:
+    """A quarter of the memory the container may take (the first of ``files`` there is), at
+    most ``DEFAULT_LIMIT``: an answer parsed holds about its bytes again (text) or a few
+    times them (an embeddings answer's numbers), beside the raw bytes while it is parsed and
+    the proxy's own memory, so half a 1 GiB container's memory in raw answers would be more
+    than it has. No limit ("max", v1's near 2**63) is ``DEFAULT_LIMIT``."""
+    for name in files:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        return min(DEFAULT_LIMIT, int(text) // 4) if text.isdigit() else DEFAULT_LIMIT
+    return DEFAULT_LIMIT
+
 
 class AnswerBudget:
     """The bytes whole answers hold now (``held``) and the most they may (``limit``, 0:
-    no budget). One per app, its ``Upstream``'s: every call of the process goes through
-    that one client."""
+    no budget). One per app, its ``Upstream``'s, which every call of that app goes through;
+    several apps in one process (tests, an embedding host) each have their own."""
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit

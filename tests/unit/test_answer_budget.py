@@ -10,6 +10,7 @@ import gc
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -203,3 +204,24 @@ async def test_bytes_given_on_another_thread_and_taken_on_the_loop_all_count() -
     finally:
         sys.setswitchinterval(interval)
     assert budget.held == count
+
+
+@pytest.mark.parametrize(
+    ("limits", "budget"),
+    [
+        ({"v2": "1073741824\n"}, 256 << 20),  # a 1 GiB container: a quarter of it
+        ({"v2": "max\n"}, 512 << 20),  # no limit
+        ({"v2": "17179869184\n"}, 512 << 20),  # 16 GiB: the most it gets
+        ({"v1": "9223372036854771712\n"}, 512 << 20),  # v1's no limit
+        ({"v1": "536870912\n"}, 128 << 20),
+        ({}, 512 << 20),  # no cgroup to read
+    ],
+)
+def test_the_default_budget_is_a_quarter_of_the_containers_memory_at_most_512_mib(
+    tmp_path: Path, limits: dict[str, str], budget: int
+) -> None:
+    """Parsed, answers hold their bytes again or a few times them: half a 1 GiB container's
+    memory in raw answers would be more than it has."""
+    for name, text in limits.items():
+        (tmp_path / name).write_text(text)
+    assert answer_budget.default_limit((str(tmp_path / "v2"), str(tmp_path / "v1"))) == budget
