@@ -316,8 +316,7 @@ class Upstream:
         ``model`` names the call in its metrics and span only. A spent budget is the 503
         before anything is sent (``answer_budget``)."""
         self.budget.refuse_if_busy()
-        # The bytes read are given back if no answer comes of them (a cancelled close).
-        with Lease(self.budget) as lease:
+        with Lease(self.budget) as lease:  # given back if no answer comes of the bytes
             # The request's upstream time: send to the answer's last byte.
             timer = UpstreamTimer(provider.name, path, model, method)
             status = None

@@ -98,3 +98,29 @@ def test_an_azure_client_given_the_v1_url_is_told_the_endpoint_to_give(
         unserved = http.get("/v1/models/openai/%2E%2E/files")  # a model id's "openai/"
     assert unserved.status_code == 404 and "Azure" not in unserved.text, unserved.text
     assert not fake_upstream.requests
+
+
+def test_a_deployment_spelling_a_path_is_no_route_and_reaches_no_provider(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The deployment is one path segment as the server decodes it: an encoded slash makes
+    it several (no route), and an encoded ``..`` is a model's name in the body, never a
+    path the provider call takes (it goes to the provider's ``/chat/completions``)."""
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
+    fake_upstream.script(reply("hello"), endpoint=CHAT)
+    body = {"messages": _HI}
+    with httpx.Client(base_url=proxy.origin, headers={"api-key": KEY}) as http:
+        for raw_path in (
+            "/openai/deployments/..%2F..%2Fv1%2Fmodels/chat/completions",
+            "/openai/deployments/gpt%2Ffake/chat/completions",
+        ):
+            url = httpx.URL(proxy.origin).copy_with(raw_path=raw_path.encode())
+            assert http.post(url, json=body).status_code == 404, raw_path
+        assert not fake_upstream.requests
+        url = httpx.URL(proxy.origin).copy_with(
+            raw_path=b"/openai/deployments/%2E%2E/chat/completions"
+        )
+        dots = http.post(url, json=body)
+    # a model named "..", as a body may name one: the default route's provider, at its chat path
+    assert dots.status_code == 200, dots.text
+    assert [(r.path, r.json["model"]) for r in fake_upstream.requests] == [(CHAT, "..")]
