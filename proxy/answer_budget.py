@@ -20,7 +20,7 @@ at most ``DEFAULT_LIMIT``. Over it:
   for an answer the proxy would not hold;
 - an answer arriving when the budget runs out waits up to ``WAIT_SECONDS`` for others to
   give theirs back (its provider held back by TCP meanwhile), then is the same 503, its
-  connection closed unread;
+  connection closed unread; at once when every byte held would then wait (``take``);
 - an answer alone larger than the budget is over its cap (``read_capped``'s 502): waiting
   would never make room for it.
 
@@ -81,6 +81,7 @@ class AnswerBudget:
         self._lock = threading.Lock()
         self._freed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop
+        self._stuck = 0  # the bytes held by answers waiting for room (``take``)
 
     def busy(self) -> bool:
         """Whether the budget is spent: a new whole answer would have no room."""
@@ -94,12 +95,23 @@ class AnswerBudget:
                 f"({_SETTING}); nothing was sent to the provider: retry shortly, or stream"
             )
 
-    async def take(self, size: int) -> None:
-        """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503."""
+    async def take(self, size: int, holding: int = 0) -> None:
+        """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503.
+
+        ``holding`` is what the caller's answer holds already. While answers wait their
+        bytes are ``_stuck``: room comes only from answers that do not wait, so one that
+        would leave every held byte waiting is the 503 at once (its bytes then go back, and
+        the others go on), where they all waited out ``WAIT_SECONDS`` on each other."""
         if self.limit <= 0:
             return
         deadline = time.monotonic() + WAIT_SECONDS
         while self.held + size > self.limit:
+            if self._stuck + holding >= self.held:
+                raise ServerBusy(
+                    f"the proxy's budget for whole provider answers ({_SETTING}, "
+                    f"{self.limit} bytes) is held by answers that wait for each other's "
+                    "room; this one was closed unread so they go on: retry shortly, or stream"
+                )
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerBusy(
@@ -109,10 +121,13 @@ class AnswerBudget:
                 )
             if self._freed is None:
                 self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            self._stuck += holding
             try:
                 await asyncio.wait_for(self._freed.wait(), left)
             except TimeoutError:
                 continue
+            finally:
+                self._stuck -= holding
         with self._lock:
             self.held += size
 
@@ -146,7 +161,7 @@ class Lease:
 
     async def grow(self, size: int) -> None:
         if self.budget.limit > 0:  # no budget: nothing to count or give back
-            await self.budget.take(size)
+            await self.budget.take(size, self.size)
             self.size += size
 
     def release(self) -> None:

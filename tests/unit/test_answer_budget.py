@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from proxy import answer_budget, upstream as upstream_module
-from proxy.answer_budget import AnswerBudget
+from proxy.answer_budget import AnswerBudget, Lease
 from proxy.config import ProviderConfig
 from proxy.errors import ServerBusy, UpstreamBadResponse
 from proxy.transport import build_client
@@ -225,3 +225,24 @@ def test_the_default_budget_is_a_quarter_of_the_containers_memory_at_most_512_mi
     for name, text in limits.items():
         (tmp_path / name).write_text(text)
     assert answer_budget.default_limit((str(tmp_path / "v2"), str(tmp_path / "v1"))) == budget
+
+
+async def test_answers_that_would_all_wait_on_each_other_do_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two answers half read that each need the other's room: the second to find none is
+    the 503 at once, its bytes given back, and the first goes on, where both waited out
+    ``WAIT_SECONDS`` holding what the other needed."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 2.0)
+    budget = AnswerBudget(100)
+    first, second = Lease(budget), Lease(budget)
+    await first.grow(40)
+    await second.grow(40)
+    waiting = asyncio.create_task(first.grow(40))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    with pytest.raises(ServerBusy, match="wait for each other"), second:
+        await second.grow(40)
+    assert time.monotonic() - started < 1.0
+    await asyncio.wait_for(waiting, 1.0)
+    assert budget.held == first.size == 80
