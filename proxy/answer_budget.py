@@ -1,4 +1,4 @@
-"""A process-wide budget of the bytes that whole provider answers hold in memory.
+"""An app's budget of the bytes that whole provider answers hold in memory.
 
 Each whole answer is capped on its own (``answers.MAX_ANSWER_BYTES``, an embeddings answer's
 ``MAX_EMBEDDINGS_BYTES``), but many large ones at once could still take all the memory the
@@ -6,19 +6,21 @@ process has: parsed, an answer holds several times its bytes. So every whole ans
 (``answers.read_capped``: a chat asked unstreamed, a model list, an embeddings answer, a fast
 model's summary asked unstreamed, a provider's error body) takes its bytes from one budget as
 they arrive (``Lease.grow``) and gives them back when the proxy is done with the answer: its
-object is freed (``Lease.tie``), or its read fails. Streams are relayed as they arrive and hold
-only an event at a time, so they take nothing (a summary read from a stream is built in its
-accumulator, bounded as a relayed reply is, and takes nothing either).
+object is freed (``Lease.tie``), or at once when no answer comes of them (``with Lease``: a
+read that fails, or anything after it before the answer exists). Streams are relayed as
+they arrive and hold only an event at a time, so they take nothing (a summary read from a
+stream is built in its accumulator, bounded as a relayed reply is, and takes nothing either).
 
 ``CASCADE_MAX_HELD_ANSWER_BYTES`` sets the budget (``limit``; 0 turns it off), which the
-app's ``Upstream`` keeps. Over it:
+app's ``Upstream`` keeps; unset, it is ``default_limit``: a quarter of the container's memory,
+at most ``DEFAULT_LIMIT``. Over it:
 
 - a call for a whole answer made while the budget is spent is refused before it is sent, a
   503 ``server_busy`` with ``Retry-After`` (the SDKs retry those), so no provider is paid
   for an answer the proxy would not hold;
 - an answer arriving when the budget runs out waits up to ``WAIT_SECONDS`` for others to
   give theirs back (its provider held back by TCP meanwhile), then is the same 503, its
-  connection closed unread;
+  connection closed unread; at once when every byte held would then wait (``take``);
 - an answer alone larger than the budget is over its cap (``read_capped``'s 502): waiting
   would never make room for it.
 
@@ -28,29 +30,58 @@ Streamed answers never wait on it: held whole in no buffer, they cost it nothing
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import weakref
+from collections.abc import Sequence
+from pathlib import Path
 
 from proxy.errors import ServerBusy
 
-__all__ = ["WAIT_SECONDS", "AnswerBudget", "Lease"]
+__all__ = ["DEFAULT_LIMIT", "WAIT_SECONDS", "AnswerBudget", "Lease", "default_limit"]
 
 WAIT_SECONDS = 5.0
 """How long an answer arriving over the budget waits for room before its 503."""
 
 _SETTING = "CASCADE_MAX_HELD_ANSWER_BYTES"
 
+DEFAULT_LIMIT = 512 << 20
+"""The budget where the process's memory has no limit the proxy can read, and the most a
+container's gets."""
+
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+"""Where cgroup v2, then v1, says the most memory the container may take."""
+
+
+def default_limit(files: Sequence[str] = CGROUP_LIMITS) -> int:
+    """A quarter of the memory the container may take (the first of ``files`` there is), at
+    most ``DEFAULT_LIMIT``: an answer parsed holds about its bytes again (text) or a few
+    times them (an embeddings answer's numbers), beside the raw bytes while it is parsed and
+    the proxy's own memory, so half a 1 GiB container's memory in raw answers would be more
+    than it has. No limit ("max", v1's near 2**63) is ``DEFAULT_LIMIT``."""
+    for name in files:
+        try:
+            text = Path(name).read_text().strip()
+        except OSError:
+            continue
+        return min(DEFAULT_LIMIT, int(text) // 4) if text.isdigit() else DEFAULT_LIMIT
+    return DEFAULT_LIMIT
+
 
 class AnswerBudget:
     """The bytes whole answers hold now (``held``) and the most they may (``limit``, 0:
-    no budget). One per app, its ``Upstream``'s: every call of the process goes through
-    that one client."""
+    no budget). One per app, its ``Upstream``'s, which every call of that app goes through;
+    several apps in one process (tests, an embedding host) each have their own."""
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
         self.held = 0
+        # ``held`` changes on the loop (``take``) and on whatever thread a finalizer runs
+        # (``give``): unlocked, a thread switch inside ``+=`` loses one of the two updates.
+        self._lock = threading.Lock()
         self._freed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the waiters' loop
+        self._stuck = 0  # the bytes held by answers waiting for room (``take``)
 
     def busy(self) -> bool:
         """Whether the budget is spent: a new whole answer would have no room."""
@@ -64,12 +95,23 @@ class AnswerBudget:
                 f"({_SETTING}); nothing was sent to the provider: retry shortly, or stream"
             )
 
-    async def take(self, size: int) -> None:
-        """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503."""
+    async def take(self, size: int, holding: int = 0) -> None:
+        """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503.
+
+        ``holding`` is what the caller's answer holds already. While answers wait their
+        bytes are ``_stuck``: room comes only from answers that do not wait, so one that
+        would leave every held byte waiting is the 503 at once (its bytes then go back, and
+        the others go on), where they all waited out ``WAIT_SECONDS`` on each other."""
         if self.limit <= 0:
             return
         deadline = time.monotonic() + WAIT_SECONDS
         while self.held + size > self.limit:
+            if self._stuck + holding >= self.held:
+                raise ServerBusy(
+                    f"the proxy's budget for whole provider answers ({_SETTING}, "
+                    f"{self.limit} bytes) is held by answers that wait for each other's "
+                    "room; this one was closed unread so they go on: retry shortly, or stream"
+                )
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerBusy(
@@ -79,17 +121,22 @@ class AnswerBudget:
                 )
             if self._freed is None:
                 self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            self._stuck += holding
             try:
                 await asyncio.wait_for(self._freed.wait(), left)
             except TimeoutError:
                 continue
-        self.held += size
+            finally:
+                self._stuck -= holding
+        with self._lock:
+            self.held += size
 
     def give(self, size: int) -> None:
         """Give ``size`` bytes back, waking every answer that waits for room: on the waiters'
         loop, since a finalizer (``Lease.tie``) may run on whatever thread collects."""
-        self.held = max(0, self.held - size)
-        freed, self._freed = self._freed, None
+        with self._lock:
+            self.held = max(0, self.held - size)
+            freed, self._freed = self._freed, None
         if freed is None or self._loop is None:
             return
         try:
@@ -114,13 +161,22 @@ class Lease:
 
     async def grow(self, size: int) -> None:
         if self.budget.limit > 0:  # no budget: nothing to count or give back
-            await self.budget.take(size)
+            await self.budget.take(size, self.size)
             self.size += size
 
     def release(self) -> None:
         size, self.size = self.size, 0
         if size:
             self.budget.give(size)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """A read, or anything after it, that fails before the answer is the caller's (a
+        cancelled close, a broken body) gives the bytes back: no answer holds them."""
+        if kind is not None:
+            self.release()
 
     def tie(self, owner: object) -> None:
         """Give the bytes back when ``owner`` (the answer holding them) is freed."""

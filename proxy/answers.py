@@ -226,28 +226,23 @@ async def read_capped(
     ``over_cap`` 502 (saying ``hint``), the rest left unread for the caller's close to drop
     with its connection. A break is the 502 of a body that broke off (``mapped_errors``).
     With ``lease``, each piece takes its bytes from the lease's budget first (a 503 when
-    none frees up: ``answer_budget``), and a budget smaller than ``cap`` is the cap; a read
-    that fails gives them back, one that succeeds leaves them to the caller's lease."""
+    none frees up: ``answer_budget``), and a budget smaller than ``cap`` is the cap; the
+    caller's ``with lease`` gives them back when the read, or what follows it, fails."""
     limit = lease.budget.limit if lease is not None else 0
     if limit > 0 and (cap is None or limit < cap):
         cap, hint = limit, "the proxy's budget for whole answers, CASCADE_MAX_HELD_ANSWER_BYTES"
-    try:
-        with mapped_errors(provider, answered=resp.status_code):
-            if cap is None and lease is None:
-                return await resp.aread()
-            parts: list[bytes] = []
-            size = 0
-            async for part in resp.aiter_bytes():
-                size += len(part)
-                if cap is not None and size > cap:
-                    raise over_cap(provider, resp.status_code, "a body", cap, hint)
-                if lease is not None:
-                    await lease.grow(len(part))
-                parts.append(part)
-    except BaseException:
-        if lease is not None:
-            lease.release()
-        raise
+    with mapped_errors(provider, answered=resp.status_code):
+        if cap is None and limit <= 0:
+            return await resp.aread()
+        parts: list[bytes] = []
+        size = 0
+        async for part in resp.aiter_bytes():
+            size += len(part)
+            if cap is not None and size > cap:
+                raise over_cap(provider, resp.status_code, "a body", cap, hint)
+            if lease is not None:
+                await lease.grow(len(part))
+            parts.append(part)
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -262,7 +257,7 @@ class StreamAnswer:
         budget: AnswerBudget | None = None,
     ) -> None:
         """``budget``: what a body read whole (``aread``) takes its bytes from."""
-        self._budget = budget
+        self._budget = budget if budget is not None else AnswerBudget()
         self._resp = resp
         self._provider = provider
         self._timer = timer
@@ -286,10 +281,9 @@ class StreamAnswer:
         """The whole body (a provider's error answer), at most ``cap`` bytes (``read_capped``),
         an error's without the credential the call sent (``scrubbed``)."""
         if self._body is None:  # read once: a second reader (the relay of one looked at) gets it
-            lease = Lease(self._budget) if self._budget is not None else None
-            body = await read_capped(self._resp, self._provider, cap, lease=lease)
-            self._body = scrubbed(self.status_code, body, self._resp.request)
-            if lease is not None:
+            with Lease(self._budget) as lease:
+                body = await read_capped(self._resp, self._provider, cap, lease=lease)
+                self._body = scrubbed(self.status_code, body, self._resp.request)
                 lease.tie(self)
         return self._body
 

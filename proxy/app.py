@@ -25,7 +25,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.responses import Response
 
 from proxy import __version__
-from proxy.answer_budget import AnswerBudget
+from proxy.answer_budget import AnswerBudget, default_limit
 from proxy.api import azure, chat, events, health, memory, openapi, sessions
 from proxy.banner import startup_banner, startup_log
 from proxy.bus import EventBus, listen_url
@@ -224,10 +224,11 @@ def create_app(
             bus = EventBus(pool, listen, source, pooled=through_pooler(settings, listen))
             stack.push_async_callback(bus.stop)
             await bus.start()  # a listener that cannot connect is a refusal naming its URL
+            held = settings.max_held_answer_bytes  # unset: from the container's memory
             upstream = Upstream(
                 client,
                 proxy_for=provider.proxy_for if provider else None,
-                budget=AnswerBudget(settings.max_held_answer_bytes),
+                budget=AnswerBudget(default_limit() if held is None else held),
             )
             count, cost = build_counters(settings.tokenizer or None)
             # First-use costs paid before the replica is ready, not in its first requests.

@@ -155,7 +155,8 @@ class Settings(Listen):
       LISTEN connection (``proxy.bus``), a URL that reaches PostgreSQL directly, since a
       transaction pooler cannot carry LISTEN; unset, it is ``DATABASE_URL``.
     - ``max_held_answer_bytes`` (``CASCADE_MAX_HELD_ANSWER_BYTES``): the bytes all whole
-      provider answers may hold at once, 0 for no budget (``proxy.answer_budget``).
+      provider answers may hold at once, 0 for no budget; unset, a quarter of the container's
+      memory, at most 512 MiB (``proxy.answer_budget.default_limit``).
     - ``stop_grace_seconds`` (``CASCADE_STOP_GRACE_SECONDS``): how long a stop lets the chat
       streams and memory promotions in flight go on; then each stream still open ends with
       an error event, its turn stored (``proxy.stopping``).
@@ -166,7 +167,7 @@ class Settings(Listen):
     data_dir: Path | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_body_values: int = Field(default=MAX_BODY_VALUES, gt=0)
-    max_held_answer_bytes: int = Field(default=512 << 20, ge=0)
+    max_held_answer_bytes: int | None = Field(default=None, ge=0)
     keepalive_seconds: float = Field(default=15.0, gt=0, allow_inf_nan=False)
     watch_config: bool = True
     pool_max_size: int = Field(default=64, ge=1, le=262_143)  # PostgreSQL's most connections

@@ -316,39 +316,39 @@ class Upstream:
         ``model`` names the call in its metrics and span only. A spent budget is the 503
         before anything is sent (``answer_budget``)."""
         self.budget.refuse_if_busy()
-        lease = Lease(self.budget)
-        # The request's upstream time: send to the answer's last byte.
-        timer = UpstreamTimer(provider.name, path, model, method)
-        status = None
-        cancelled = False
-        failure: str | None = None  # the body broke off after the status came
-        try:
-            resp = await self._send(
-                provider,
-                method,
-                path,
-                client_headers=client_headers,
-                content=content,
-                params=params,
-                timer=timer,
-            )
-            status = resp.status_code
+        with Lease(self.budget) as lease:  # given back if no answer comes of the bytes
+            # The request's upstream time: send to the answer's last byte.
+            timer = UpstreamTimer(provider.name, path, model, method)
+            status = None
+            cancelled = False
+            failure: str | None = None  # the body broke off after the status came
             try:
-                body = await read_capped(resp, provider, max_bytes, over_hint, lease)
+                resp = await self._send(
+                    provider,
+                    method,
+                    path,
+                    client_headers=client_headers,
+                    content=content,
+                    params=params,
+                    timer=timer,
+                )
+                status = resp.status_code
+                try:
+                    body = await read_capped(resp, provider, max_bytes, over_hint, lease)
+                finally:
+                    await resp.aclose()
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+            except Exception as exc:
+                if status is not None or isinstance(exc, UpstreamBadResponse):  # it answered
+                    failure = type(exc.__cause__ or exc).__name__
+                raise
             finally:
-                await resp.aclose()
-        except asyncio.CancelledError:
-            cancelled = True
-            raise
-        except Exception as exc:
-            if status is not None or isinstance(exc, UpstreamBadResponse):  # it answered
-                failure = type(exc.__cause__ or exc).__name__
-            raise
-        finally:
-            timer.stop(status, cancelled=cancelled, failure=failure)
-        code = resp.status_code
-        answer = Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
-        lease.tie(answer)  # its bytes are the budget's until the answer is freed
+                timer.stop(status, cancelled=cancelled, failure=failure)
+            code = resp.status_code
+            answer = Answer(code, resp.headers, scrubbed(code, body, resp.request), resp.request)
+            lease.tie(answer)  # its bytes are the budget's until the answer is freed
         return answer
 
     async def open_stream(

@@ -5,9 +5,11 @@ as its ``azure_endpoint``, sends a chat.
 The deployment names the model, as on Azure: it is the body's ``model`` (one the body holds
 too is replaced), so the agent, the provider and the window are the ones that model routes
 to, and the call goes to that provider as a ``/v1/chat/completions`` call would, at its
-``baseUrl`` under its key. The client's query (its ``api-version``) goes along as any chat's
-does. These are plain Starlette routes, as the chat's own are (``proxy.api.chat``), under the
-app's one middleware stack; ``OPENAPI_PATHS`` describes them.
+``baseUrl`` under its key. The client's query goes along as any chat's does, but for its
+``api-version``: the version of this path's API, which the proxy serves, where the provider
+is called at its OpenAI path (Azure's v1 API refuses the parameter there; README Decisions).
+These are plain Starlette routes, as the chat's own are (``proxy.api.chat``), under the app's
+one middleware stack; ``OPENAPI_PATHS`` describes them.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _operation(session: bool) -> dict[str, Any]:
             "name": "api-version",
             "in": "query",
             "required": False,
-            "description": "Azure's API version; forwarded with the rest of the query.",
+            "description": "Azure's API version; not forwarded (the rest of the query is).",
             "schema": {"type": "string"},
         },
     ]

@@ -50,6 +50,8 @@ from proxy.upstream import response_headers
 __all__ = ["chat", "chat_operation", "router", "routes", "OPENAPI_PATHS"]
 
 router = APIRouter()
+AZURE_VERSION = "api-version"
+"""The query parameter of Azure's deployment paths' API version, which ``AzureOpenAI`` sends."""
 
 
 async def chat(request: Request, path_id: str | None, deployment: str | None = None) -> Response:
@@ -85,6 +87,11 @@ async def chat(request: Request, path_id: str | None, deployment: str | None = N
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
     await reach_session(request, state.pool, tenant, session_id)
     every = state.settings.keepalive_seconds
+    # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version), but for the
+    # api-version of Azure's path, which the proxy serves itself (README Decisions).
+    query = tuple(upstream_query(request, cfg)) if request.scope["query_string"] else ()
+    if deployment is not None:
+        query = tuple(p for p in query if p[0] != AZURE_VERSION)
 
     async def answer(clock: PrepWait | None) -> Response:
         # Watched only while the request waits (client_watch.py), never once the response runs.
@@ -95,8 +102,7 @@ async def chat(request: Request, path_id: str | None, deployment: str | None = N
                 headers=upstream_headers(request, cfg),
                 derived=named_id is None,
                 client=client,
-                # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version).
-                query=tuple(upstream_query(request, cfg)) if request.scope["query_string"] else (),
+                query=query,
                 agents=key_agents(request.scope),
                 keepalive=clock,
                 admit=lambda: key_in_force(request.scope, state.config.current),

@@ -9,8 +9,9 @@ import httpx
 from starlette.requests import Request
 
 from proxy.api.deps import tenant_of, upstream_headers
-from proxy.config import parse_config
+from proxy.config import ProviderConfig, parse_config
 from proxy.credentials import header_secrets, query_key_sent, sent_secrets
+from proxy.upstream import Upstream
 
 KEY = "azure-key-0123456789"
 
@@ -70,3 +71,23 @@ def test_an_x_api_key_header_is_a_key_as_an_api_key_header_is() -> None:
     assert one == tenant_of(_request({"api-key": KEY}), keyless) != "anonymous"
     assert one != tenant_of(_request({"x-api-key": "another-key-987654"}), keyless)
     assert tenant_of(_request({"x-api-key": " "}), keyless) == "anonymous"
+
+
+def test_a_providers_own_key_goes_alone_whatever_key_headers_the_client_sent() -> None:
+    """An Anthropic-style client sends ``x-api-key`` (and maybe an ``api-key`` of another
+    value): to a provider with a key of the proxy's (``apiKeyEnv``) only that key goes; to
+    one without, each of the client's as it came, neither over the other."""
+    sent = {"x-api-key": KEY, "api-key": "azure-other-0123456789", "user-agent": "x"}
+    upstream = Upstream(httpx.AsyncClient(), env={"OWN": "sk-own-0123456789abcdef"})
+    own = ProviderConfig(base_url="http://p/v1", api_key_env="OWN")
+    headers = upstream._request(
+        own, "POST", "/chat/completions", client_headers=sent, content=b"{}", params=None
+    ).headers
+    assert headers["authorization"] == "Bearer sk-own-0123456789abcdef"
+    assert "x-api-key" not in headers and "api-key" not in headers
+    bare = ProviderConfig(base_url="http://p/v1")
+    headers = upstream._request(
+        bare, "POST", "/chat/completions", client_headers=sent, content=b"{}", params=None
+    ).headers
+    assert (headers["x-api-key"], headers["api-key"]) == (KEY, "azure-other-0123456789")
+    assert "authorization" not in headers

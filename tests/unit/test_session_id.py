@@ -260,3 +260,28 @@ def test_header_value_is_what_the_client_wrote(asgi: str, written: str | bytes) 
     """ASGI's Latin-1 reading of a header undone: UTF-8 text, else bytes; a str beyond
     Latin-1 (never from a header's bytes) unchanged."""
     assert header_value(asgi) == written
+
+
+@pytest.mark.parametrize(
+    ("authorization", "query", "api_keys", "tenant"),
+    [
+        ("Bearer sk-client-0123456789abcdef", (), (), "t-87a46465aa3bec8570e0cfcf"),
+        ("sk-raw-0123456789abcdef", (), (), "t-1ecd4c3f1edeef09223d7360"),
+        (None, (), ("azure-0123456789abcdef",), "t-ffde4ba6c839a563a06319d7"),
+        (
+            "Bearer sk-client-0123456789abcdef",
+            [("api-key", "q-0123456789abcdef")],
+            ("azure-0123456789abcdef",),
+            "t-6c487dc706d6900b1572e232",
+        ),
+    ],
+)
+def test_a_pass_through_tenant_is_the_hash_its_sessions_were_stored_under(
+    authorization: str | None,
+    query: list[tuple[str, str]],
+    api_keys: tuple[str, ...],
+    tenant: str,
+) -> None:
+    """Pinned values: a changed hash would orphan every stored session of its clients (a
+    bearer alone, an Azure api-key, both with a query key hash as they always did)."""
+    assert tenant_from_bearer(authorization, query, api_keys) == tenant
