@@ -17,9 +17,10 @@ _PORT = r"(?:(?::|%3a)[0-9]{1,5})?"
 # A URL's ``://`` and a slash of its path, bare or escaped as JSON text may write them
 # (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string), or escaped again
 # in a JSON string holding that text (``:\\/\\/``, PHP's ``:\\\/\\\/``, a level further down
-# too: one literal, ``:\\``, for them all); a path's slash also %-encoded (``%2F``: a URL that
-# is a query's parameter, ``?redirect=https%3A%2F%2F…``).
-_URL_START = r"(?:://|:\\/\\/|:\\\\\\{0,6}/\\{2,8}/)"
+# too: two literals, ``:\\/`` and ``:\\\``, for them all, where one, ``:\\``, is in every
+# Windows path that JSON text holds, ``C:\\Users``); a path's slash also %-encoded (``%2F``: a
+# URL that is a query's parameter, ``?redirect=https%3A%2F%2F…``).
+_URL_START = r"(?:://|:\\/\\/|:\\\\(?:/|\\{1,6}/)\\{2,8}/)"
 _SLASH = r"(?:\\{0,7}/|%2f)"
 
 # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.cascade.redaction_scan import scanner_for
 
 PATTERNS = compile_patterns(())
 _PEM = (
@@ -71,6 +72,8 @@ def test_a_certificate_a_public_key_or_other_base64_is_kept(text: str) -> None:
         "0tLS1CRUdJTiB" * 20_000,
         ":\\\\" * 50_000,
         ":\\\\/" * 30_000,
+        ":\\\\\\" * 30_000,
+        ":" + "\\" * 100_000 + "/",
         "://" + "a1" * 50_000 + "@",
     ],
 )
@@ -104,3 +107,10 @@ def test_a_urls_password_in_json_inside_json_with_escaped_slashes_is_redacted(
 )
 def test_a_windows_path_after_a_colon_is_kept(text: str) -> None:
     assert redact(text, PATTERNS) == (text, 0)
+
+
+def test_a_windows_path_in_json_text_holds_no_literal_the_scanner_finds() -> None:
+    # JSON text escapes each backslash of a Windows tool's output (``C:\\Users``): a literal
+    # ``:\\`` found one on every path, and each cost a regex call.
+    text = json.dumps({"output": "C:\\Users\\me\\src\\app.py\nD:\\data\\x.csv"})
+    assert scanner_for(PATTERNS).find(text) == {}
