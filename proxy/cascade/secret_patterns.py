@@ -19,6 +19,7 @@ from proxy.cascade.secret_blocks import (
     KEY_COLUMN,
     KEYED_BLOCK,
     NL,
+    OWN_QUOTE,
     SHORT_BLOCK,
     THRICE_ESCAPED,
     TWICE_ESCAPED,
@@ -198,7 +199,9 @@ def _secret_value(block: str) -> str:
         + r"|[^\"\n]{1,500})\""
         + r"|'(?:(?P<secret10>(?:[^'\n\"\\]|\\{1,7}[nrt]){1,500}+)(?="
         + _GAP
-        + r")|(?P<secret2>[^'\n]{1,500})')|"
+        + ")"
+        + OWN_QUOTE
+        + r"|(?P<secret2>[^'\n]{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
