@@ -44,6 +44,18 @@ def test_a_private_keys_pem_block_in_base64_is_redacted(kind: str) -> None:
     assert redact(quoted, PATTERNS) == (quoted.replace(blob, "LS" + REDACTED), 1)
 
 
+@pytest.mark.parametrize("width", [64, 76])
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\\n"])
+def test_a_private_keys_pem_block_in_base64_wrapped_in_lines_is_redacted_whole(
+    width: int, newline: str
+) -> None:
+    # ``base64 key.pem`` wraps at 76 columns, ``openssl base64`` at 64: every line is the key's
+    blob = _b64(_PEM.format("RSA PRIVATE KEY", "RSA PRIVATE KEY") * 3)
+    lines = newline.join(blob[i : i + width] for i in range(0, len(blob), width))
+    text = f"$ base64 key.pem{newline}{lines}{newline}$ ls{newline}kind: x"
+    assert redact(text, PATTERNS) == (text.replace(lines, "LS" + REDACTED), 1)
+
+
 def test_a_docker_config_in_base64_is_redacted() -> None:
     config = '{"auths":{"registry.example.com":{"auth":"' + _b64("admin:hunter2") + '"}}}'
     blob = _b64(config)
@@ -68,6 +80,7 @@ def test_a_certificate_a_public_key_or_other_base64_is_kept(text: str) -> None:
     "hostile",
     [
         "LS0tLS1CRUdJTiBQUklWQVRF" * 10_000,
+        "LS0tLS1CRUdJTiBQUklWQVRF" + ("\n" + "A" * 76) * 1_300 + "\n" + "A" * 76 + "\n!",
         "eyJhdXRocyI6" * 20_000,
         "0tLS1CRUdJTiB" * 20_000,
         ":\\\\" * 50_000,
