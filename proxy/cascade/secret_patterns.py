@@ -34,7 +34,7 @@ from proxy.cascade.secret_code import (
     HTML_TAG,
     IDENTIFIER,
     NODE_PROPERTIES,
-    RUST_REFERENCED,
+    RUST_REFERENCE,
     TYPE_END,
 )
 from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
@@ -124,7 +124,7 @@ _NOT_A_VALUE = (
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + AFTER_COLON + r"\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
-    r"(?!&(?:mut |dyn |impl ){1,2}" + RUST_REFERENCED + ")"
+    r"(?!" + RUST_REFERENCE + ")"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
