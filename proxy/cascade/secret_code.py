@@ -111,8 +111,9 @@ ANNOTATION = (
 )
 
 # An HTML element's opening tag, as a page or a rendered log puts one right after a value: a
-# void element's (``<br>``), or one whose closing tag follows on its line (``<b>bold</b>``).
-# A short word then a blank, ``/`` or ``>`` is looked for first: most ``<`` fail there.
+# void element's (``<br>``), or one whose closing tag is the next tag on its line
+# (``<b>bold</b>``: the look for it stops at the next ``<``, so a value of many ``<`` is read
+# once). A short word then a blank, ``/`` or ``>`` is looked for first: most ``<`` fail there.
 _VOID_TAGS = ("br", "hr", "wbr", "img", "input")
 _TAGS = (
     *("a", "b", "i", "u", "s", "p", "q", "em", "tt", "td", "th", "tr", "li", "dd", "dt"),
@@ -123,7 +124,7 @@ HTML_TAG = (
     r"(?=[a-z1-6]{1,8}[\s/>])(?:"
     + "|".join(f"{t}(?=[\\s/>])" for t in _VOID_TAGS)
     + "|"
-    + "|".join(f"{t}(?=[\\s>][^\\n]{{0,512}}?</{t}>)" for t in _TAGS)
+    + "|".join(f"{t}(?=[\\s>][^<\\n]{{0,512}}+</{t}>)" for t in _TAGS)
     + ")"
 )
 
