@@ -5,7 +5,8 @@ indented lines: :data:`BLOCK`, its indicator and its lines, in bare text or JSON
 down too, plain, in a numbered file view or in a unified diff); a whole string holding JSON or
 longer than a quoted value's bound (:data:`WHOLE_STRING`); and a value between quotes escaped
 twice or thrice, as JSON inside JSON strings writes them (:data:`TWICE_ESCAPED`,
-:data:`THRICE_ESCAPED`).
+:data:`THRICE_ESCAPED`); and a single-quoted value's quote that is its own, no string's
+end (:data:`OWN_QUOTE`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "KEYED_BLOCK",
     "KEY_COLUMN",
     "NL",
+    "OWN_QUOTE",
     "SHORT_BLOCK",
     "THRICE_ESCAPED",
     "TWICE_ESCAPED",
@@ -206,4 +208,13 @@ FLOW_WORDS = (
     + r"[ \t]{0,4}+(?:\}|,[ \t]{0,4}+[\"']?[A-Za-z_][\w.\-]{0,63}[\"']?:[ \t]))"
     + _WORDS
     + ")?+"
+)
+
+# A single-quoted value in JSON text that runs to a string's end is cut there, but a quote
+# escaped once or more there is the value's own where the value's closing quote is followed
+# by a string's end escaped less (``"password: 'p@ss\", \"x\": 1'"``): no string ends inside
+# it, so it is read whole.
+OWN_QUOTE = (
+    r"(?!(?:\\\"[^'\n]{0,512}+'\"|\\{3}\"[^'\n]{0,512}+'\\?\""
+    r"|\\{7}\"[^'\n]{0,512}+'(?:\\|\\{3})?\"))"
 )

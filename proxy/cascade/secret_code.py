@@ -2,7 +2,7 @@
 :mod:`proxy.cascade.secret_patterns` reads it: a variable's name (:data:`IDENTIFIER`), a
 builtin, generic or other type (:data:`BUILTIN_TYPE`, :data:`GENERIC`, :data:`CODE_TYPE`),
 an annotation between a key and its ``=`` (:data:`ANNOTATION`), a YAML node's anchor or tag
-before a value (:data:`NODE_PROPERTIES`; Rust's references, :data:`RUST_REFERENCED`, are
+before a value (:data:`NODE_PROPERTIES`; Rust's references, :data:`RUST_REFERENCE`, are
 none), and an HTML tag that a page puts right after a value (:data:`HTML_TAG`). A coding
 agent reads and writes models, interfaces and signatures that name tokens and passwords:
 redacted, the type's name broke the file. A type is read only where code ends it, so a
@@ -22,7 +22,7 @@ __all__ = [
     "HTML_TAG",
     "IDENTIFIER",
     "NODE_PROPERTIES",
-    "RUST_REFERENCED",
+    "RUST_REFERENCE",
     "TYPE_END",
 ]
 
@@ -44,11 +44,11 @@ BUILTIN_TYPE = (
     r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
     r"|(?-i:[iu](?:8|16|32|64|128|size)|f32|f64|char|SecretStr|SecretBytes))"
 )
-# What a Rust reference's ``&mut``, ``&dyn`` or ``&impl`` takes: a type, capitalised, a path
-# (``std::io::Read``), a builtin, a slice, a tuple, another reference, ``self`` (a lifetime
-# comes before them: ``&'a mut T``).
-RUST_REFERENCED = (
-    r"(?-i:[A-Z\[(&_]|(?:mut|dyn|impl) |[a-z_][a-z0-9_]{0,63}::"
+# A Rust reference's ``&mut``, ``&dyn`` or ``&impl`` and what it takes: a type, capitalised, a
+# path (``std::io::Read``), a builtin, a slice, a tuple, another reference, ``self`` (a
+# lifetime comes before them: ``&'a mut T``).
+RUST_REFERENCE = (
+    r"&(?:mut|dyn|impl) (?-i:[A-Z\[(&_]|(?:mut|dyn|impl) |[a-z_][a-z0-9_]{0,63}::"
     r"|(?:str|bool|char|[iuf](?:8|16|32|64|128|size)|self)(?![A-Za-z0-9_]))"
 )
 # A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a
@@ -111,8 +111,9 @@ ANNOTATION = (
 )
 
 # An HTML element's opening tag, as a page or a rendered log puts one right after a value: a
-# void element's (``<br>``), or one whose closing tag follows on its line (``<b>bold</b>``).
-# A short word then a blank, ``/`` or ``>`` is looked for first: most ``<`` fail there.
+# void element's (``<br>``), or one whose closing tag is the next tag on its line
+# (``<b>bold</b>``: the look for it stops at the next ``<``, so a value of many ``<`` is read
+# once). A short word then a blank, ``/`` or ``>`` is looked for first: most ``<`` fail there.
 _VOID_TAGS = ("br", "hr", "wbr", "img", "input")
 _TAGS = (
     *("a", "b", "i", "u", "s", "p", "q", "em", "tt", "td", "th", "tr", "li", "dd", "dt"),
@@ -123,7 +124,7 @@ HTML_TAG = (
     r"(?=[a-z1-6]{1,8}[\s/>])(?:"
     + "|".join(f"{t}(?=[\\s/>])" for t in _VOID_TAGS)
     + "|"
-    + "|".join(f"{t}(?=[\\s>][^\\n]{{0,512}}?</{t}>)" for t in _TAGS)
+    + "|".join(f"{t}(?=[\\s>][^<\\n]{{0,512}}+</{t}>)" for t in _TAGS)
     + ")"
 )
 
@@ -132,13 +133,13 @@ HTML_TAG = (
 # end, a comment or an entry's end (``password: !Passw0rd  # prod``, a blank left at a line's
 # end) it is the value; and after an ``=`` (``PASSWORD=!Xk9 cmd`` in a shell) there is none.
 # Rust's ``&mut``, ``&dyn`` and ``&impl`` are a reference's before a type (``&dyn Read``,
-# ``&mut [u8]``, ``&impl io::Write``, ``&mut self``: ``RUST_REFERENCED``), not an anchor's; before
+# ``&mut [u8]``, ``&impl io::Write``, ``&mut self``: ``RUST_REFERENCE``), not an anchor's; before
 # anything else (``&dyn hunter2``) they are an anchor's, named so, and the value follows.
 NODE_PROPERTIES = (
     r"(?:(?=[&!])"
     + AFTER_COLON
-    + r"(?:(?:&(?!(?:mut|dyn|impl) "
-    + RUST_REFERENCED
-    + r")[A-Za-z0-9_\-]{1,64}+|!<[^\s<>]{1,256}+>"
+    + r"(?:(?:(?!"
+    + RUST_REFERENCE
+    + r")&[A-Za-z0-9_\-]{1,64}+|!<[^\s<>]{1,256}+>"
     r"|!{1,2}[A-Za-z0-9_\-./:%]{0,64}+)[ \t]{1,8}+){1,2}+(?![#,}\]\r\n]|\\[nr]|$))?+"
 )

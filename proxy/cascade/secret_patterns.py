@@ -19,6 +19,7 @@ from proxy.cascade.secret_blocks import (
     KEY_COLUMN,
     KEYED_BLOCK,
     NL,
+    OWN_QUOTE,
     SHORT_BLOCK,
     THRICE_ESCAPED,
     TWICE_ESCAPED,
@@ -33,7 +34,7 @@ from proxy.cascade.secret_code import (
     HTML_TAG,
     IDENTIFIER,
     NODE_PROPERTIES,
-    RUST_REFERENCED,
+    RUST_REFERENCE,
     TYPE_END,
 )
 from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
@@ -123,7 +124,7 @@ _NOT_A_VALUE = (
     r"(?!%[a-z](?![a-z0-9_]))"
     r"(?!\*{1,500}+" + _END + ")"
     r"(?!" + AFTER_COLON + r"\*[A-Za-z0-9_\-]{1,64}+" + _END + ")"
-    r"(?!&(?:mut |dyn |impl ){1,2}" + RUST_REFERENCED + ")"
+    r"(?!" + RUST_REFERENCE + ")"
     r"(?!" + IDENTIFIER + r"(?!" + _VALUE + r"|&))"
     r"(?!" + INDICATOR + ")"
 )
@@ -201,7 +202,9 @@ def _secret_value(block: str) -> str:
         + r"|[^\"\n]{1,500})\""
         + r"|'(?:(?P<secret10>(?:[^'\n\"\\]|\\{1,7}[nrt]){1,500}+)(?="
         + _GAP
-        + r")|(?P<secret2>[^'\n]{1,500})')|"
+        + ")"
+        + OWN_QUOTE
+        + r"|(?P<secret2>[^'\n]{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"

@@ -17,9 +17,10 @@ _PORT = r"(?:(?::|%3a)[0-9]{1,5})?"
 # A URL's ``://`` and a slash of its path, bare or escaped as JSON text may write them
 # (``https:\/\/host\/path``: PHP's ``json_encode``, a JavaScript string), or escaped again
 # in a JSON string holding that text (``:\\/\\/``, PHP's ``:\\\/\\\/``, a level further down
-# too: one literal, ``:\\``, for them all); a path's slash also %-encoded (``%2F``: a URL that
-# is a query's parameter, ``?redirect=https%3A%2F%2F…``).
-_URL_START = r"(?:://|:\\/\\/|:\\\\\\{0,6}/\\{2,8}/)"
+# too: two literals, ``:\\/`` and ``:\\\``, for them all, where one, ``:\\``, is in every
+# Windows path that JSON text holds, ``C:\\Users``); a path's slash also %-encoded (``%2F``: a
+# URL that is a query's parameter, ``?redirect=https%3A%2F%2F…``).
+_URL_START = r"(?:://|:\\/\\/|:\\\\(?:/|\\{1,6}/)\\{2,8}/)"
 _SLASH = r"(?:\\{0,7}/|%2f)"
 
 # Secrets that are a URL's path, no key naming them (gitleaks' telegram-bot-api-token,
@@ -59,6 +60,14 @@ URL_PASSWORD = (
     + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)"
 )
 
+# A line break after a full line of base64 wrapped at 64 or 76 columns (the line's run of
+# base64 is that long), bare or escaped in JSON text (``\n``, the line before it then
+# following its own ``\n``).
+_WRAPPED = (
+    r"(?:(?<=[^A-Za-z0-9+/][A-Za-z0-9+/]{64})|(?<=[^A-Za-z0-9+/][A-Za-z0-9+/]{76})"
+    r"|(?<=\\n[A-Za-z0-9+/]{64})|(?<=\\n[A-Za-z0-9+/]{76}))(?:\r?\n|\\n)"
+)
+
 SHAPED: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,
     # so the search for the END line stops at the next one (another BEGIN line) rather than
@@ -92,13 +101,16 @@ SHAPED: tuple[str, ...] = (
     r"AIza(?<![\w-]AIza)[0-9A-Za-z_\-]{35}",
     # A private key's PEM block in base64, as a Kubernetes Secret's data holds it
     # (``tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t…``, ``-----BEGIN PRIVATE KEY-----``),
-    # to its end however long; a certificate's (``…BDRVJUSUZJQ0FURS0tLS0t``) is kept. It
-    # begins past its first two characters (``LS`` read behind, kept), its kinds read ahead:
+    # to its end however long, across the lines ``base64`` (76 columns) or ``openssl base64``
+    # (64) wraps it in; a certificate's (``…BDRVJUSUZJQ0FURS0tLS0t``) is kept. It
+    # begins past its first two characters (``LS`` read behind, kept, after no base64 but
+    # JSON text's ``\n``), its kinds read ahead:
     # one literal that begins with a digit, which the scanner finds at no cost on prose,
     # where one beginning ``LS0`` (a letter) slowed every text's scan.
-    r"0tLS1CRUdJTiB(?<=(?<![A-Za-z0-9+/])LS0tLS1CRUdJTiB)(?=QUklWQVRF|SU0EgUFJJVkFURS"
+    r"0tLS1CRUdJTiB(?:(?<=(?<![A-Za-z0-9+/])LS0tLS1CRUdJTiB)|(?<=\\nLS0tLS1CRUdJTiB))"
+    r"(?=QUklWQVRF|SU0EgUFJJVkFURS"
     r"|FQyBQUklWQVRF|PUEVOU1NIIFBSSVZBVEU|EU0EgUFJJVkFURS|FTkNSWVBURUQgUFJJVkFURS"
-    r"|QR1AgUFJJVkFURS)[A-Za-z0-9+/]*+={0,2}",
+    r"|QR1AgUFJJVkFURS)[A-Za-z0-9+/]*+(?:" + _WRAPPED + r"[A-Za-z0-9+/]++)*+={0,2}",
     # A registry's credentials, a Docker config in base64 (``{"auths":``), as a Kubernetes
     # Secret's ``.dockerconfigjson`` holds it: its ``auth`` entries are ``user:password``.
     # It begins at the JSON Web Token's literal, the rest read ahead.

@@ -94,6 +94,9 @@ def test_a_secret_beside_angle_brackets_is_still_redacted(text: str, kept: str |
         "token: &'a " * 10_000,
         "token: Abc" * 10_000,
         "token: Abc = " * 8_000,
+        # an opening tag's look for its closing one, at each ``<`` of a long value
+        ("password=a" + "<b>" * 166 + " ") * 200,
+        ("password=a" + "<b>x" * 120 + " ") * 200,
     ],
 )
 def test_a_type_is_read_in_linear_time(hostile: str) -> None:

@@ -124,6 +124,16 @@ def test_a_single_quoted_value_across_a_strings_end_stays_json(
         ("password: 'ab\"c, d'", f"password: '{REDACTED}'"),
         ("PASSWORD='x\", y'", f"PASSWORD='{REDACTED}'"),
         ("{'password': 'x y', 'u': 'b'}", f"{{'password': '{REDACTED}', 'u': 'b'}}"),
+        # in JSON text, a quote escaped once is the value's own where its closing quote is
+        # followed by its string's bare end: no string ends inside it
+        (
+            json.dumps({"cmd": 'password: \'p@ss", "x": 1\''}),
+            json.dumps({"cmd": f"password: '{REDACTED}'"}),
+        ),
+        (
+            json.dumps({"l": json.dumps({"cmd": 'password: \'p@ss", "x": "1"}\''})}),
+            json.dumps({"l": json.dumps({"cmd": f"password: '{REDACTED}'"})}),
+        ),
     ],
 )
 def test_a_single_quoted_value_holding_a_double_quote_is_redacted_whole(

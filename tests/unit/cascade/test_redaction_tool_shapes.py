@@ -11,6 +11,7 @@ import time
 import pytest
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from proxy.cascade.redaction_scan import scanner_for
 
 PATTERNS = compile_patterns(())
 _PEM = (
@@ -43,6 +44,18 @@ def test_a_private_keys_pem_block_in_base64_is_redacted(kind: str) -> None:
     assert redact(quoted, PATTERNS) == (quoted.replace(blob, "LS" + REDACTED), 1)
 
 
+@pytest.mark.parametrize("width", [64, 76])
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\\n"])
+def test_a_private_keys_pem_block_in_base64_wrapped_in_lines_is_redacted_whole(
+    width: int, newline: str
+) -> None:
+    # ``base64 key.pem`` wraps at 76 columns, ``openssl base64`` at 64: every line is the key's
+    blob = _b64(_PEM.format("RSA PRIVATE KEY", "RSA PRIVATE KEY") * 3)
+    lines = newline.join(blob[i : i + width] for i in range(0, len(blob), width))
+    text = f"$ base64 key.pem{newline}{lines}{newline}$ ls{newline}kind: x"
+    assert redact(text, PATTERNS) == (text.replace(lines, "LS" + REDACTED), 1)
+
+
 def test_a_docker_config_in_base64_is_redacted() -> None:
     config = '{"auths":{"registry.example.com":{"auth":"' + _b64("admin:hunter2") + '"}}}'
     blob = _b64(config)
@@ -67,10 +80,13 @@ def test_a_certificate_a_public_key_or_other_base64_is_kept(text: str) -> None:
     "hostile",
     [
         "LS0tLS1CRUdJTiBQUklWQVRF" * 10_000,
+        "LS0tLS1CRUdJTiBQUklWQVRF" + ("\n" + "A" * 76) * 1_300 + "\n" + "A" * 76 + "\n!",
         "eyJhdXRocyI6" * 20_000,
         "0tLS1CRUdJTiB" * 20_000,
         ":\\\\" * 50_000,
         ":\\\\/" * 30_000,
+        ":\\\\\\" * 30_000,
+        ":" + "\\" * 100_000 + "/",
         "://" + "a1" * 50_000 + "@",
     ],
 )
@@ -104,3 +120,10 @@ def test_a_urls_password_in_json_inside_json_with_escaped_slashes_is_redacted(
 )
 def test_a_windows_path_after_a_colon_is_kept(text: str) -> None:
     assert redact(text, PATTERNS) == (text, 0)
+
+
+def test_a_windows_path_in_json_text_holds_no_literal_the_scanner_finds() -> None:
+    # JSON text escapes each backslash of a Windows tool's output (``C:\\Users``): a literal
+    # ``:\\`` found one on every path, and each cost a regex call.
+    text = json.dumps({"output": "C:\\Users\\me\\src\\app.py\nD:\\data\\x.csv"})
+    assert scanner_for(PATTERNS).find(text) == {}
