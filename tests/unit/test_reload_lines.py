@@ -46,6 +46,29 @@ def test_a_refused_api_key_env_is_logged_with_its_reason_whole(
     assert "sk-proj-1a2b3c4d5e6f7a8b9c0d" not in line
 
 
+@pytest.mark.parametrize(
+    ("line", "logged"),
+    [
+        ("apiKeyEnv: hunter2abc", "apiKeyEnv: [REDACTED]"),
+        ('{"apiKeyEnv": "hunter2abc"}', '{"apiKeyEnv": "[REDACTED]"}'),
+        ("SECRET_ENV=hunter2abc", "SECRET_ENV=[REDACTED]"),
+        ("xproviders.p.apiKeyEnv: hunter2abc", "xproviders.p.apiKeyEnv: [REDACTED]"),
+        (
+            "providers.p.apiKeyEnv: sk-proj-1a2b3c4d5e6f7a8b9c0d1e2f",
+            "providers.p.apiKeyEnv: [REDACTED]",
+        ),
+        ("providers.p.apiKeyEnv: x; password=hunter2abc", "providers.p.apiKeyEnv: x; password=***"),
+    ],
+)
+def test_only_a_refusal_naming_a_providers_api_key_env_keeps_its_reason(
+    line: str, logged: str
+) -> None:
+    """The reason after a refusal's ``providers.<name>.apiKeyEnv:`` is kept, and nothing
+    else: a key ending in ``env`` elsewhere in a line (a provider's body echoing a request)
+    is a secret's key, and a secret's shape is masked after that path too."""
+    assert masked(line) == logged
+
+
 def test_a_reload_names_each_setting_it_changed_and_no_value(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
