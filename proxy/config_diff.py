@@ -39,11 +39,21 @@ def describe_changes(old: Config, new: Config) -> str:
     except Exception:  # a config no dump walks: the line says the reload, not its details
         return "(the settings changed could not be listed)"
     parts = [
-        f"{what} {', '.join(paths)}"
+        f"{what} {_listed(paths)}"
         for what, paths in (("changed", changed), ("added", added), ("removed", removed))
         if paths
     ]
     return "; ".join(parts) if parts else "no setting changed"
+
+
+LISTED = 10
+"""The most paths a reload's line names of each kind: a file generated anew (a model list
+of thousands) would write every path on one line, then the count of the rest."""
+
+
+def _listed(paths: list[str]) -> str:
+    more = f" and {len(paths) - LISTED} more" if len(paths) > LISTED else ""
+    return ", ".join(paths[:LISTED]) + more
 
 
 def _tree(cfg: Config) -> dict[str, Any]:

@@ -117,3 +117,19 @@ def test_a_reload_whose_changes_cannot_be_listed_is_still_in_force(
     holder.path.write_text('{"models": {"m": {"contextLimit": 9000}}}')  # type: ignore[union-attr]
     assert holder.reload({})[0] == CONFIG_RELOADED
     assert holder.current.models["m"].context_limit == 9000
+
+
+def test_a_reload_of_thousands_of_settings_names_a_few_and_counts_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file generated anew (a model list of thousands) wrote every path on one line."""
+    holder = _holder(tmp_path)
+    models = {f"m{i}": {"contextLimit": 8000 + i} for i in range(3000)}
+    holder.path.write_text(json.dumps({"models": models}))  # type: ignore[union-attr]
+    with caplog.at_level(logging.INFO, logger="cascade.config"):
+        assert holder.reload({})[0] == CONFIG_RELOADED
+    [line] = [r.getMessage() for r in caplog.records if "reloaded" in r.getMessage()]
+    assert line.endswith(
+        "reloaded: added models.m0, models.m1, models.m2, models.m3, models.m4, models.m5, "
+        "models.m6, models.m7, models.m8, models.m9 and 2990 more"
+    )
