@@ -267,3 +267,43 @@ async def test_a_config_under_a_linked_directory_reloads_when_that_link_moves(
         await until(lambda: limit(holder) == 3000, 1.5)
         assert limit(holder) == 3000
     assert seen == [CONFIG_RELOADED] * 2
+
+
+def _inotify_watches() -> int:
+    found = 0
+    for fd in os.listdir("/proc/self/fdinfo"):
+        try:
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                found += sum(1 for line in info if line.startswith("inotify wd:"))
+        except OSError:  # closed since listed
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="Linux's inotify")
+async def test_a_configmap_updated_again_and_again_holds_the_same_watches(
+    tmp_path: Path,
+) -> None:
+    """A ConfigMap swaps its ``..data`` link on every update, to a new directory each time:
+    the watch moves to each, and the old one's is let go, so the process's inotify watches
+    (a per-user limit) stay as many however often it is updated."""
+    (tmp_path / "..v0").mkdir()
+    (tmp_path / "..v0" / "agents.json").write_text(text(1000))
+    (tmp_path / "..data").symlink_to("..v0")
+    (tmp_path / "agents.json").symlink_to("..data/agents.json")
+    seen: list[str] = []
+    async with watching(tmp_path / "agents.json", seen) as holder:
+        held = _inotify_watches()
+        for update in range(1, 9):
+            new = tmp_path / f"..v{update}"
+            new.mkdir()
+            (new / "agents.json").write_text(text(1000 + update))
+            (tmp_path / "..tmp").symlink_to(new.name)
+            os.replace(tmp_path / "..tmp", tmp_path / "..data")
+            old = tmp_path / f"..v{update - 1}"
+            (old / "agents.json").unlink()
+            old.rmdir()
+            await until(lambda: limit(holder) == 1000 + update, 2)  # noqa: B023
+            assert limit(holder) == 1000 + update
+            assert _inotify_watches() == held
+    assert seen == [CONFIG_RELOADED] * 8
