@@ -269,6 +269,30 @@ async def test_a_config_under_a_linked_directory_reloads_when_that_link_moves(
     assert seen == [CONFIG_RELOADED] * 2
 
 
+@pytest.mark.parametrize("broken", ["a loop", "a release not there yet"])
+async def test_a_linked_directory_pointed_nowhere_for_a_while_keeps_the_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """``current`` made a link loop, or pointed at a release before it is unpacked: the
+    config is refused (unreadable), and the watch stays on the directory holding the link,
+    so the link put right reloads. Watching the broken link itself failed, which ended the
+    watcher for the life of the process."""
+    monkeypatch.setattr(config_watch, "RECHECK_SECONDS", 30.0)
+    for release in ("1", "2"):
+        (tmp_path / "releases" / release).mkdir(parents=True)
+        (tmp_path / "releases" / release / "agents.json").write_text(text(1000 * int(release)))
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "1")
+    nowhere = tmp_path / ("current" if broken == "a loop" else "releases/3")
+    seen: list[str] = []
+    async with watching(tmp_path / "current" / "agents.json", seen) as holder:
+        for target in (nowhere, tmp_path / "releases" / "2"):
+            (tmp_path / "next").symlink_to(target)
+            os.replace(tmp_path / "next", tmp_path / "current")
+            await until(lambda: len(seen) == (1 if target == nowhere else 2), 2.5)  # noqa: B023
+        assert limit(holder) == 2000
+    assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
+
+
 def _inotify_watches() -> int:
     found = 0
     for fd in os.listdir("/proc/self/fdinfo"):
