@@ -31,9 +31,9 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 from proxy.config_checks import EnvironmentRefused
-from proxy.config_diff import describe_changes
+from proxy.config_report import describe_changes, for_streams
 
-__all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
+__all__ = ["ConfigHolder", "Hangup", "load_named", "reread", "watch_config"]
 
 log = logging.getLogger("cascade.config")
 
@@ -326,14 +326,6 @@ def _directories(path: Path) -> tuple[Path, ...]:
     except (OSError, RuntimeError):  # a link moved while read: its change reads it again
         pass
     return tuple(dict.fromkeys(found)) or (path.parent,)
-
-
-def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The event as every open session stream gets it. With proxy keys those streams are
-    tenants', not the operator's: the file's path and a refusal's reason (which names the
-    entries of every tenant's keys and agents) stay in the log, and the frame says only what
-    happened. Without keys (one user, on loopback) it says why."""
-    return (name, {}) if cfg.auth.keys else (name, data)
 
 
 RECHECK_SECONDS = 5.0

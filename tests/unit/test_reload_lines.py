@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy import config_diff
+from proxy import config_report
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder
@@ -113,7 +113,7 @@ def test_a_reload_whose_changes_cannot_be_listed_is_still_in_force(
     """The line is written once the new config is in force: a failure listing the changes
     must not turn it into "reload failed, keeping the previous one" without its event."""
     holder = _holder(tmp_path)
-    monkeypatch.setattr(config_diff, "_tree", lambda cfg: 1 / 0)
+    monkeypatch.setattr(config_report, "_tree", lambda cfg: 1 / 0)
     holder.path.write_text('{"models": {"m": {"contextLimit": 9000}}}')  # type: ignore[union-attr]
     assert holder.reload({})[0] == CONFIG_RELOADED
     assert holder.current.models["m"].context_limit == 9000
