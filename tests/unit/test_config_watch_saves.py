@@ -293,6 +293,21 @@ async def test_a_linked_directory_pointed_nowhere_for_a_while_keeps_the_watch(
     assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
 
 
+def test_a_linked_directory_held_where_the_proxy_cannot_read_is_not_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory the process may not read cannot be watched (inotify needs read access):
+    asking would fail the watch of the directories that can, so it is left to the recheck."""
+    (tmp_path / "releases" / "1").mkdir(parents=True)
+    (tmp_path / "releases" / "1" / "agents.json").write_text(text(1000))
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "1")
+    path = tmp_path / "current" / "agents.json"
+    own = (tmp_path / "releases" / "1").resolve()
+    assert config_watch._directories(path) == (own, tmp_path.resolve())
+    monkeypatch.setattr(config_watch.os, "access", lambda p, mode: Path(p) != tmp_path.resolve())
+    assert config_watch._directories(path) == (own,)
+
+
 def _inotify_watches() -> int:
     found = 0
     for fd in os.listdir("/proc/self/fdinfo"):
