@@ -2,12 +2,10 @@
 
 Editors often save by writing a new file and renaming it over the old one, and a symlinked
 config changes when its link (or a Kubernetes ConfigMap's ``..data`` link) is replaced, so
-we watch the directory the path names and reload when the file's bytes changed; a link to a
-file in another directory is edited where that file lives, so its directory is watched too,
-and so is the one holding a linked directory on the path (a deploy's ``current``).
+we watch the directories a save can reach (``_directories``: the path's own, a linked file's,
+the one holding a linked directory on the path) and reload when the file's bytes changed.
 Only the directories themselves are watched, not what is below them: with a data directory
-kept beside the config, a recursive watch would wake on every PostgreSQL write and stat each
-changed file.
+beside the config, a recursive watch would wake on every PostgreSQL write, stat each file.
 Editors that save in place (truncate, then write) and saves that delete the file first pass
 through states that are no config at all; a file that does not parse is judged once it
 stops changing (``SETTLE_SECONDS``), and the bytes are compared every ``RECHECK_SECONDS``
@@ -33,9 +31,9 @@ from watchfiles import awatch
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 from proxy.config_checks import EnvironmentRefused
-from proxy.config_diff import describe_changes
+from proxy.config_report import describe_changes, for_streams
 
-__all__ = ["ConfigHolder", "Hangup", "for_streams", "load_named", "reread", "watch_config"]
+__all__ = ["ConfigHolder", "Hangup", "load_named", "reread", "watch_config"]
 
 log = logging.getLogger("cascade.config")
 
@@ -312,24 +310,22 @@ async def _check(
 def _directories(path: Path) -> tuple[Path, ...]:
     """Where a save can change the config, each real directory once (the watch moves when a
     link does): its own, the linked file's, and each that holds a linked directory on its
-    way (``current -> releases/7``), whose new target the old watch never hears of."""
+    way (``current -> releases/7``), whose new target the old watch never hears of. While
+    the path leads nowhere (a link loop, a release not there yet) those links' directories
+    are watched, so the link put right is heard; the own directory as named if none is."""
     found: list[Path] = []
+    try:
+        found.append(path.parent.resolve(strict=True))
+        found.append(path.resolve(strict=True).parent)
+    except (OSError, RuntimeError):  # missing, or a link loop
+        pass
     try:
         for link in (d for d in (path.parent, *path.parent.parents) if d.is_symlink()):
             if os.access(held := link.parent.resolve(strict=True), os.R_OK):  # else unwatchable
                 found.append(held)
-        found[:0] = [path.parent.resolve(strict=True), path.resolve(strict=True).parent]
-    except (OSError, RuntimeError):  # missing, or a link loop: the own directory only
-        return (path.parent,)
-    return tuple(dict.fromkeys(found))
-
-
-def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The event as every open session stream gets it. With proxy keys those streams are
-    tenants', not the operator's: the file's path and a refusal's reason (which names the
-    entries of every tenant's keys and agents) stay in the log, and the frame says only what
-    happened. Without keys (one user, on loopback) it says why."""
-    return (name, {}) if cfg.auth.keys else (name, data)
+    except (OSError, RuntimeError):  # a link moved while read: its change reads it again
+        pass
+    return tuple(dict.fromkeys(found)) or (path.parent,)
 
 
 RECHECK_SECONDS = 5.0

@@ -132,15 +132,12 @@ _NOT_A_VALUE = (
 # A key the keyed pass reads a secret by: a keyword and what may follow it in a key's name
 # (``DB_PASSWORD``, ``api_key_v2``), unless that names the secret's kind or the secret by its
 # name, not the secret (``token_type=bearer`` in an OAuth redirect, ``"tokenType": "Bearer"``,
-# a Kubernetes volume's ``secretName: tls-certs``, ``SECRET_NAME=prod/db``, the variable that
-# holds it: Cascade's own ``apiKeyEnv: openai-key``, and a refusal naming that key,
-# ``providers.p.apiKeyEnv: not an environment variable's name``), or is AWS's
+# a Kubernetes volume's ``secretName: tls-certs``, ``SECRET_NAME=prod/db``), or is AWS's
 # service or an ARN's resource type, whose colons are no separators
 # (``secretsmanager:GetSecretValue`` in an IAM policy, ``arn:aws:…:secret:prod/db``: a
 # ``:secret`` the name's own colon follows, where PowerShell's ``$env:SECRET = …`` is a key).
 _SECRET_KEY = (
-    _KEYWORD
-    + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!env)(?<!manager)(?!(?<=:secret):[^\s:=])"
+    _KEYWORD + r"(?:[_.\-]?[a-z0-9]){0,24}+(?<!type|name)(?<!manager)(?!(?<=:secret):[^\s:=])"
 )
 # The value after a secret's key and its separator: a quoted one whole, to its closing quote
 # past the ones it escapes (``"SecretString": "{\"pass\": …}"``, JSON in a string) when

@@ -267,3 +267,82 @@ async def test_a_config_under_a_linked_directory_reloads_when_that_link_moves(
         await until(lambda: limit(holder) == 3000, 1.5)
         assert limit(holder) == 3000
     assert seen == [CONFIG_RELOADED] * 2
+
+
+@pytest.mark.parametrize("broken", ["a loop", "a release not there yet"])
+async def test_a_linked_directory_pointed_nowhere_for_a_while_keeps_the_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """``current`` made a link loop, or pointed at a release before it is unpacked: the
+    config is refused (unreadable), and the watch stays on the directory holding the link,
+    so the link put right reloads. Watching the broken link itself failed, which ended the
+    watcher for the life of the process."""
+    monkeypatch.setattr(config_watch, "RECHECK_SECONDS", 30.0)
+    for release in ("1", "2"):
+        (tmp_path / "releases" / release).mkdir(parents=True)
+        (tmp_path / "releases" / release / "agents.json").write_text(text(1000 * int(release)))
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "1")
+    nowhere = tmp_path / ("current" if broken == "a loop" else "releases/3")
+    seen: list[str] = []
+    async with watching(tmp_path / "current" / "agents.json", seen) as holder:
+        for target in (nowhere, tmp_path / "releases" / "2"):
+            (tmp_path / "next").symlink_to(target)
+            os.replace(tmp_path / "next", tmp_path / "current")
+            await until(lambda: len(seen) == (1 if target == nowhere else 2), 2.5)  # noqa: B023
+        assert limit(holder) == 2000
+    assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
+
+
+def test_a_linked_directory_held_where_the_proxy_cannot_read_is_not_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory the process may not read cannot be watched (inotify needs read access):
+    asking would fail the watch of the directories that can, so it is left to the recheck."""
+    (tmp_path / "releases" / "1").mkdir(parents=True)
+    (tmp_path / "releases" / "1" / "agents.json").write_text(text(1000))
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "1")
+    path = tmp_path / "current" / "agents.json"
+    own = (tmp_path / "releases" / "1").resolve()
+    assert config_watch._directories(path) == (own, tmp_path.resolve())
+    monkeypatch.setattr(config_watch.os, "access", lambda p, mode: Path(p) != tmp_path.resolve())
+    assert config_watch._directories(path) == (own,)
+
+
+def _inotify_watches() -> int:
+    found = 0
+    for fd in os.listdir("/proc/self/fdinfo"):
+        try:
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                found += sum(1 for line in info if line.startswith("inotify wd:"))
+        except OSError:  # closed since listed
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="Linux's inotify")
+async def test_a_configmap_updated_again_and_again_holds_the_same_watches(
+    tmp_path: Path,
+) -> None:
+    """A ConfigMap swaps its ``..data`` link on every update, to a new directory each time:
+    the watch moves to each, and the old one's is let go, so the process's inotify watches
+    (a per-user limit) stay as many however often it is updated."""
+    (tmp_path / "..v0").mkdir()
+    (tmp_path / "..v0" / "agents.json").write_text(text(1000))
+    (tmp_path / "..data").symlink_to("..v0")
+    (tmp_path / "agents.json").symlink_to("..data/agents.json")
+    seen: list[str] = []
+    async with watching(tmp_path / "agents.json", seen) as holder:
+        held = _inotify_watches()
+        for update in range(1, 9):
+            new = tmp_path / f"..v{update}"
+            new.mkdir()
+            (new / "agents.json").write_text(text(1000 + update))
+            (tmp_path / "..tmp").symlink_to(new.name)
+            os.replace(tmp_path / "..tmp", tmp_path / "..data")
+            old = tmp_path / f"..v{update - 1}"
+            (old / "agents.json").unlink()
+            old.rmdir()
+            await until(lambda: limit(holder) == 1000 + update, 2)  # noqa: B023
+            assert limit(holder) == 1000 + update
+            assert _inotify_watches() == held
+    assert seen == [CONFIG_RELOADED] * 8

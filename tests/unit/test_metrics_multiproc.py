@@ -150,3 +150,39 @@ def test_a_reused_pid_does_not_take_over_an_earlier_processs_figures(tmp_path: P
     route = {"route": "/v1/chat/completions", "method": "POST", "status": "200"}
     assert _value(text, "cascade_requests_total", **route) == 0
     assert _value(text, "cascade_requests_total", route="/healthz") == 1
+
+
+RELOADED = """
+import sys
+from proxy.metrics import Metrics
+m = Metrics.from_env()
+m.note_config(sys.argv[1])
+if sys.argv[2] == "serves":
+    print("ready", flush=True)
+    sys.stdin.read()
+else:
+    sys.stdout.write(m.render().decode())
+"""
+
+
+def test_with_several_workers_the_config_is_taken_while_every_one_took_it(
+    tmp_path: Path,
+) -> None:
+    """Each worker reloads the file itself: ``cascade_config_reloads_total`` counts each
+    worker's verdict, and ``cascade_config_last_reload_successful`` is 0 while any serving
+    worker refused the file (summed, or the highest, it would say 1)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    with subprocess.Popen(
+        [sys.executable, "-c", RELOADED, "config.rejected", "serves"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as refused:
+        assert refused.stdout is not None and refused.stdout.readline() == "ready\n"
+        text = run_python(RELOADED, "config.reloaded", "renders", env=env)
+        assert refused.stdin is not None
+        refused.stdin.close()
+    assert _value(text, "cascade_config_reloads_total", result="reloaded") == 1
+    assert _value(text, "cascade_config_reloads_total", result="rejected") == 1
+    assert _value(text, "cascade_config_last_reload_successful") == 0

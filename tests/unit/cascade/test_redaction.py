@@ -164,9 +164,6 @@ def test_assignments_keep_the_key_and_redact_the_value(text: str, expected: str)
         # a key that names a secret by its name (a Kubernetes volume, AWS Secrets Manager)
         "volumes:\n- name: certs\n  secret:\n    secretName: tls-certs-2",
         '{"secretName": "tls-certs-2", "SECRET_NAME": "prod/db/creds-1"}',
-        # a key that names the variable holding a secret (Cascade's apiKeyEnv, keyEnv)
-        '{"apiKeyEnv": "openai-key", "API_KEY_ENV": "team.key"}',
-        "providers.p.apiKeyEnv: not an environment variable's name",
         # an AWS service and its secret's ARN: an IAM policy's action and resource
         '{"Action": ["secretsmanager:GetSecretValue"], "Resource": '
         '"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf"}',

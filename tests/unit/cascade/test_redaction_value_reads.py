@@ -138,3 +138,29 @@ def test_a_flow_mappings_type_reading_is_linear() -> None:
     redact(hostile * 2, PATTERNS)
     redact("password: AbcDef," * 6_000, PATTERNS)
     assert time.process_time() - start < 0.4
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("SECRET_ENV=hunter2abc", f"SECRET_ENV={REDACTED}"),
+        ("PASSWORD_ENV=Tr0ub4dor&3", f"PASSWORD_ENV={REDACTED}"),
+        ("export TOKEN_ENV=ghx9ZkQ2mP7vR4tY", f"export TOKEN_ENV={REDACTED}"),
+        ("API_KEY_ENV=a8f5f167f44f4964e6c998dee827110c", f"API_KEY_ENV={REDACTED}"),
+        ("GITHUB_TOKEN_ENV: K7P2QX9LMN4RT8VW", f"GITHUB_TOKEN_ENV: {REDACTED}"),
+        ("token.env: 8c1f2d9e7a6b5c4d", f"token.env: {REDACTED}"),
+        ('{"secret_env": "pl41nT3xt-s3cret"}', f'{{"secret_env": "{REDACTED}"}}'),
+        ('{"apiKeyEnv": "hunter2abc"}', f'{{"apiKeyEnv": "{REDACTED}"}}'),
+        ("tokenEnv: correcthorse9", f"tokenEnv: {REDACTED}"),
+        (
+            '{"name": "DB_PASSWORD_ENV", "value": "s3cr3tvalue9"}',
+            f'{{"name": "DB_PASSWORD_ENV", "value": "{REDACTED}"}}',
+        ),
+    ],
+)
+def test_a_key_ending_in_env_holds_its_secret_as_any_key_does(text: str, kept: str) -> None:
+    """A key ending in ``env`` is read as a secret's key: ``SECRET_ENV=…``, ``token.env:
+    …`` and a key pasted into ``API_KEY_ENV`` hold the secret in tool output, and naming a
+    variable (Cascade's ``apiKeyEnv``) is told by the value, not the key (a variable's name in
+    CONSTANT_CASE is left, as for any key)."""
+    assert redact(text, PATTERNS) == (kept, 1)

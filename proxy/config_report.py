@@ -1,4 +1,5 @@
-"""What a reload changed, by the file's key paths, for its log line.
+"""What a reload tells: its log line, what it changed by the file's key paths, and the
+frame every open session stream gets (``for_streams``).
 
 ``config agents.json reloaded`` alone leaves the operator to guess whether the save did
 what was meant (a provider's ``baseUrl``, a key removed, a limit): the line names each
@@ -18,7 +19,7 @@ from typing import Any
 
 from proxy.config import Config
 
-__all__ = ["changes", "describe_changes"]
+__all__ = ["changes", "describe_changes", "for_streams"]
 
 
 def changes(old: Config, new: Config) -> tuple[list[str], list[str], list[str]]:
@@ -39,11 +40,29 @@ def describe_changes(old: Config, new: Config) -> str:
     except Exception:  # a config no dump walks: the line says the reload, not its details
         return "(the settings changed could not be listed)"
     parts = [
-        f"{what} {', '.join(paths)}"
+        f"{what} {_listed(paths)}"
         for what, paths in (("changed", changed), ("added", added), ("removed", removed))
         if paths
     ]
     return "; ".join(parts) if parts else "no setting changed"
+
+
+LISTED = 10
+"""The most paths a reload's line names of each kind, then the count of the rest: a file
+generated anew (a model list of thousands) would put every path on one line."""
+
+
+def _listed(paths: list[str]) -> str:
+    more = f" and {len(paths) - LISTED} more" if len(paths) > LISTED else ""
+    return ", ".join(paths[:LISTED]) + more
+
+
+def for_streams(cfg: Config, name: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The event as every open session stream gets it. With proxy keys those streams are
+    tenants', not the operator's: the file's path and a refusal's reason (which names the
+    entries of every tenant's keys and agents) stay in the log, and the frame says only what
+    happened. Without keys (one user, on loopback) it says why."""
+    return (name, {}) if cfg.auth.keys else (name, data)
 
 
 def _tree(cfg: Config) -> dict[str, Any]:
