@@ -11,11 +11,11 @@ own (one a failed last statement left behind included), and it takes it straight
 One task renews them: every ``ttl / 3`` one short statement, on a connection borrowed from
 the pool for it, pushes the expiry of every lease held here, and of every compaction claim
 running here, to ``ttl`` from now; a lease whose row another transaction holds, which that
-statement skips, is renewed by one of its own that waits for the row. A replica that dies stops renewing; its leases expire
-within ``ttl`` and a waiter on another replica, polling at most ``POLL_MAX_SECONDS`` apart,
-takes the session then: the bound the README states. A renewal that fails (the database
-away, the pool busy) is tried again a third of the way sooner; two more chances before the
-lease could lapse.
+statement skips, is renewed by one of its own that waits for the row. A replica that dies
+stops renewing; its leases expire within ``ttl`` and a waiter on another replica, polling at
+most ``POLL_MAX_SECONDS`` apart, takes the session then: the bound the README states. A
+renewal that fails (the database away, the pool busy) is tried again a third of the way
+sooner; two more chances before the lease could lapse.
 """
 
 from __future__ import annotations
