@@ -79,7 +79,8 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
                 raise lost(exc) from exc
             if isinstance(exc, SLOW):
                 config = getattr(self, "_config", None)  # asyncpg's, which it does not type
-                raise timed_out(exc, getattr(config, "command_timeout", None)) from exc
+                bound = kwargs.get("timeout") or getattr(config, "command_timeout", None)
+                raise timed_out(exc, bound) from exc
             if isinstance(exc, asyncpg.InsufficientResourcesError):
                 raise DatabaseUnavailable(
                     f"PostgreSQL is out of resources: {type(exc).__name__}: {exc}", exc.sqlstate

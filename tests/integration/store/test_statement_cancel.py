@@ -50,3 +50,16 @@ async def test_a_statement_cancelled_mid_transaction_leaves_its_connection_clean
     finally:
         await pool.close()
         await admin.close()
+
+
+async def test_a_statement_given_its_own_bound_is_said_cancelled_after_that_one(
+    db_dsn: str,
+) -> None:
+    """A call's own ``timeout`` (a session change's work: ``sessions.CHANGE_SECONDS``) is the
+    bound its 503's message names, not the pool's."""
+    pool = await create_pool(db_dsn, min_size=1, max_size=1, command_timeout=BOUND)
+    try:
+        with pytest.raises(DatabaseTimeout, match="within 0.6 s"):
+            await pool.execute(f"SELECT pg_sleep({SLEEP})", timeout=0.6)
+    finally:
+        await pool.close()
