@@ -36,6 +36,11 @@ log = logging.getLogger("cascade.leases")
 
 Key = tuple[str, str]
 
+WAITS_MAX = 4
+"""Renewals waiting at once for a locked row, each on a pooled connection: a lock over many
+sessions' rows (an operator's ``SELECT … FOR UPDATE`` on the table) takes no more of the
+pool than these from the requests; the rest wait at a later round."""
+
 
 class Leases:
     def __init__(self, pool: asyncpg.Pool, *, ttl: float, acquire_timeout: float) -> None:
@@ -98,7 +103,7 @@ class Leases:
             if claims:
                 await leases.renew_claims(conn, claims=claims, ttl=self.ttl)
         for key in keys:
-            if key not in renewed and key not in self._waits:
+            if key not in renewed and key not in self._waits and len(self._waits) < WAITS_MAX:
                 self._waits[key] = asyncio.create_task(self._wait_for_row(key))
 
     async def _wait_for_row(self, key: Key) -> None:

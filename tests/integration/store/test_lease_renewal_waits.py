@@ -12,7 +12,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from proxy.services.leases import Leases
+from proxy.services.leases import WAITS_MAX, Leases
 from proxy.store import steps
 from proxy.store.leases import SessionBusy
 from tests.integration.store.helpers import B, T
@@ -48,5 +48,30 @@ async def test_a_lease_whose_row_is_held_past_the_ttl_is_renewed_before_a_waiter
                 await tx.commit()
         with pytest.raises(SessionBusy):
             await asyncio.wait_for(waiter, 5)
+    finally:
+        await leases.aclose()
+
+
+async def test_a_lock_over_many_rows_takes_at_most_a_few_connections(
+    pool: asyncpg.Pool,
+) -> None:
+    """An operator's lock over every session's row leaves the pool to the requests but for
+    ``WAITS_MAX`` renewals waiting; every lease is renewed once the lock goes."""
+    leases = Leases(pool, ttl=TTL, acquire_timeout=5)
+    begin = {"tenant": T, "agent": "a", "model": "m", "ttl": TTL}
+    sids = [f"s{i}" for i in range(WAITS_MAX + 3)]
+    for sid in sids:
+        await steps.begin_step(pool, session_id=sid, owner=leases.owner, **begin)
+        leases.hold((T, sid))
+    leases.start()
+    try:
+        async with pool.acquire() as other, other.transaction():
+            await other.execute("SELECT 1 FROM sessions FOR UPDATE")
+            await asyncio.sleep(TTL)  # three rounds
+            assert len(leases._waits) == WAITS_MAX
+        live = "SELECT count(*) FROM sessions WHERE lease_expires > clock_timestamp()"
+        async with asyncio.timeout(5):
+            while await pool.fetchval(live) < len(sids):
+                await asyncio.sleep(0.05)
     finally:
         await leases.aclose()
