@@ -10,11 +10,12 @@ own (one a failed last statement left behind included), and it takes it straight
 
 One task renews them: every ``ttl / 3`` one short statement, on a connection borrowed from
 the pool for it, pushes the expiry of every lease held here, and of every compaction claim
-running here, to ``ttl`` from now. A replica that dies stops renewing; its leases expire
-within ``ttl`` and a waiter on another replica, polling at most ``POLL_MAX_SECONDS`` apart,
-takes the session then: the bound the README states. A renewal that fails (the database
-away, the pool busy) is tried again a third of the way sooner; two more chances before the
-lease could lapse.
+running here, to ``ttl`` from now; a lease whose row another transaction holds, which that
+statement skips, is renewed by one of its own that waits for the row. A replica that dies
+stops renewing; its leases expire within ``ttl`` and a waiter on another replica, polling at
+most ``POLL_MAX_SECONDS`` apart, takes the session then: the bound the README states. A
+renewal that fails (the database away, the pool busy) is tried again a third of the way
+sooner; two more chances before the lease could lapse.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ log = logging.getLogger("cascade.leases")
 
 Key = tuple[str, str]
 
+WAITS_MAX = 4
+"""Renewals waiting at once for a locked row, each on a pooled connection: a lock over many
+sessions' rows (an operator's ``SELECT … FOR UPDATE`` on the table) takes no more of the
+pool than these from the requests; the rest wait at a later round."""
+
 
 class Leases:
     def __init__(self, pool: asyncpg.Pool, *, ttl: float, acquire_timeout: float) -> None:
@@ -45,6 +51,7 @@ class Leases:
         self._held: dict[Key, int] = {}  # sessions with a request of this replica in flight
         self._claims: dict[tuple[str, str, uuid.UUID], int] = {}  # compactions running here
         self._task: asyncio.Task[None] | None = None
+        self._waits: dict[Key, asyncio.Task[None]] = {}  # renewals waiting for a locked row
 
     def hold(self, key: Key) -> None:
         """Renew ``key``'s lease from now on, until as many ``drop`` calls."""
@@ -81,17 +88,37 @@ class Leases:
         if self._task is not None:
             await stop_task(self._task)
             self._task = None
+        for wait in list(self._waits.values()):
+            await stop_task(wait)
 
     async def renew(self) -> None:
         """Renew every lease and claim held here now, in at most two statements."""
         keys, claims = list(self._held), list(self._claims)
         if not keys and not claims:
             return
+        renewed: set[Key] = set()
         async with borrowed(self.pool, self._acquire_timeout) as conn:
             if keys:
-                await leases.renew_leases(conn, keys=keys, owner=self.owner, ttl=self.ttl)
+                renewed = await leases.renew_leases(conn, keys=keys, owner=self.owner, ttl=self.ttl)
             if claims:
                 await leases.renew_claims(conn, claims=claims, ttl=self.ttl)
+        for key in keys:
+            if key not in renewed and key not in self._waits and len(self._waits) < WAITS_MAX:
+                self._waits[key] = asyncio.create_task(self._wait_for_row(key))
+
+    async def _wait_for_row(self, key: Key) -> None:
+        """Renew ``key``'s lease, which the statement for every lease skipped (its row locked,
+        or the lease no longer held here), waiting for its row on a connection of its own:
+        queued ahead of a request that comes for the row later, so that one does not take the
+        lease of a request still alive here once the lock goes. Cancelled at the pool's
+        statement bound, it is queued again at the next round."""
+        try:
+            async with borrowed(self.pool, self._acquire_timeout) as conn:
+                await leases.renew_lease(conn, key=key, owner=self.owner, ttl=self.ttl)
+        except (DatabaseUnavailable, PoolExhausted, asyncpg.PostgresError, OSError) as exc:
+            log.warning("could not renew the lease of session %s: %s", key[1], exc)
+        finally:
+            self._waits.pop(key, None)
 
     async def _run(self) -> None:
         pause = self.ttl / 3

@@ -28,6 +28,7 @@ __all__ = [
     "SessionBusy",
     "RENEW_LEASES",
     "renew_leases",
+    "renew_lease",
     "RELEASE_LEASE",
     "release_lease",
     "CLAIM_COMPACTION",
@@ -80,19 +81,42 @@ WITH mine AS (
 )
 UPDATE sessions s SET lease_expires = clock_timestamp() + make_interval(secs => $4)
 FROM mine WHERE s.tenant = mine.tenant AND s.id = mine.id AND s.lease_owner = $3
+RETURNING s.tenant, s.id
+"""
+
+RENEW_LEASE = """
+WITH mine AS (
+    SELECT tenant, id FROM sessions WHERE tenant = $1 AND id = $2 AND lease_owner = $3
+    FOR UPDATE
+)
+UPDATE sessions s SET lease_expires = clock_timestamp() + make_interval(secs => $4)
+FROM mine WHERE s.tenant = mine.tenant AND s.id = mine.id
 """
 
 
 async def renew_leases(
     conn: Executor, *, keys: Sequence[tuple[str, str]], owner: uuid.UUID, ttl: float
+) -> set[tuple[str, str]]:
+    """Push the expiry of every lease ``owner`` holds among ``keys`` to ``ttl`` from now,
+    returning the keys renewed; a lease it no longer holds (released, or expired and taken)
+    is left alone, and so is one whose row another transaction holds locked (``SKIP
+    LOCKED``): waiting for that row, the statement would hold every other row it renewed,
+    stalling those sessions' steps too, and renew none until the lock went. Such a row is
+    then waited for alone (:func:`renew_lease`)."""
+    rows = await conn.fetch(RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl)
+    return {(r["tenant"], r["id"]) for r in rows}
+
+
+async def renew_lease(
+    conn: Executor, *, key: tuple[str, str], owner: uuid.UUID, ttl: float
 ) -> None:
-    """Push the expiry of every lease ``owner`` holds among ``keys`` to ``ttl`` from now; a
-    lease it no longer holds (released, or expired and taken) is left alone, and so is one
-    whose row another transaction holds locked (``SKIP LOCKED``): waiting for that row, the
-    statement would hold every other row it renewed, stalling those sessions' steps too, and
-    renew none until the lock went. A row locked for a moment (a waiter's try, the step's
-    own statement) is renewed at the next of the ``ttl / 3`` rounds."""
-    await conn.execute(RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl)
+    """Push the expiry of one lease ``owner`` holds, waiting for its row if another
+    transaction holds it: queued for the row ahead of a request that comes for it later, the
+    renewal goes first when the lock goes, so the holder keeps its lease (holding no other
+    row meanwhile). The row is locked before the expiry is computed: an UPDATE that waited
+    for a row only locked (not changed) keeps the ``clock_timestamp()`` it read before the
+    wait, which a lock held past the time to live leaves in the past."""
+    await conn.execute(RENEW_LEASE, key[0], key[1], owner, ttl)
 
 
 RELEASE_LEASE = """

@@ -138,6 +138,15 @@ when the holder frees the session (``services/client_watch.pause``, ``lease_wake
 pause that raises ends the operation, nothing written."""
 
 
+CHANGE_SECONDS = 3600.0
+"""The bound on each statement of a reset, delete or branch's work, once it holds the
+session's row (asyncpg's per-call ``timeout``, in place of the pool's ``command_timeout``,
+``CASCADE_DB_STATEMENT_TIMEOUT_SECONDS``): that work grows with the session (a cascade over
+its every message and event, a copy of its history), so a long session's can outlast the
+bound a request's statements get, and a cancel there would fail it at every retry. The wait
+for the row keeps the request's bound; an hour still ends a statement a paused pooler holds."""
+
+
 async def _sleep(seconds: float) -> None:
     with session_wait():
         await asyncio.sleep(seconds)
@@ -167,7 +176,9 @@ async def delete_session(
     tells every replica's event bus, at commit, that the session is gone, so the event
     streams open on it end (``bus.SESSION_GONE``)."""
     async with _locked(conn, tenant, session_id, pause or _sleep, agents) as tx:
-        status = await tx.execute(DELETE_SESSION, tenant, session_id, NOTIFY_CHANNEL)
+        status = await tx.execute(
+            DELETE_SESSION, tenant, session_id, NOTIFY_CHANNEL, timeout=CHANGE_SECONDS
+        )
     return bool(status.endswith(" 1"))
 
 
@@ -273,7 +284,7 @@ async def reset_session(
     went first while this waited."""
     async with _locked(conn, tenant, session_id, pause or _sleep, agents) as tx:
         for sql in RESET_SESSION:
-            status = await tx.execute(sql, tenant, session_id)
+            status = await tx.execute(sql, tenant, session_id, timeout=CHANGE_SECONDS)
     return bool(status.endswith(" 1"))  # the last statement updates the session's row
 
 
@@ -322,8 +333,10 @@ async def copy_session(
     whether the id's newest result is its spill or its row (``raw_outputs``)."""
     async with _locked(conn, tenant, source, pause or _sleep, agents) as tx:
         first, *rest = COPY_SESSION
-        if not (await tx.execute(first, tenant, source, target)).endswith(" 1"):
+        if not (await tx.execute(first, tenant, source, target, timeout=CHANGE_SECONDS)).endswith(
+            " 1"
+        ):
             return False
         for sql in rest:
-            await tx.execute(sql, tenant, source, target)
+            await tx.execute(sql, tenant, source, target, timeout=CHANGE_SECONDS)
     return True

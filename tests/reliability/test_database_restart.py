@@ -230,9 +230,11 @@ def test_a_database_restart_under_load_answers_503_and_loses_nothing(
 def test_a_database_restart_mid_stream_reaches_the_client_and_says_the_reply_is_unstored(
     restartable: Restartable, fake_upstream: FakeUpstream, tmp_path: Path, figures: Figures
 ) -> None:
-    """PostgreSQL restarted while a stream is mid-answer: the answer reaches its client
-    whole, the reply that could not be stored then is one WARNING, and once the database is
-    back the client's next request (resending it) is served and stores it, once."""
+    """PostgreSQL restarted mid-stream: the answer whole, one WARNING, the reply stored once.
+
+    The answer reaches its client whole, the reply that could not be stored then is one
+    WARNING, and once the database is back the client's next request (resending it) is
+    served and stores it, once."""
     _admin(restartable.uri, "CREATE DATABASE cascade")
     dsn = dsn_with_db(restartable.uri, "cascade")
     run_sync(run_migrations(dsn))
@@ -287,4 +289,4 @@ def test_a_database_restart_mid_stream_reaches_the_client_and_says_the_reply_is_
         logging.getLogger().removeHandler(records)
         proxy.stop()
     assert len(unstored) == 1, unstored
-    figures.add(outage_s=up_at - down_at, recovery_s=served_at - up_at)
+    figures.add(tried=1, outage_s=up_at - down_at, recovery_s=served_at - up_at)
