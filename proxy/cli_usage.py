@@ -114,8 +114,10 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 # --passes, --keyfile: the mistake is the option) stays readable, and so does a count's
 # (--max-tokens 500, --num-keys 120): a word of _COUNTS in the name and a number given; any
 # other value of such an option (--token-limit K) is masked, as the word may be the key's.
+# A password's short names (--pw, --pwd) and a login's (curl's --user user:password) too.
 _SECRET_OPTION = re.compile(
-    r"--[\w-]*(?:key|token|secret|pass|cred|auth)(?:word|wd|phrase|entials?|orization)?s?$",
+    r"--[\w-]*(?:key|token|secret|pass|cred|auth|pwd?|user|login)"
+    r"(?:word|wd|phrase|entials?|orization)?s?$",
     re.IGNORECASE,
 )
 _COUNTS = frozenset({"max", "min", "num", "count", "limit", "total", "n"})
@@ -152,9 +154,11 @@ def _secrets(
     (``-upassword``) is a short option with its value, its value masked, and so is the next
     token, as the option's may be; unless it is one of ``known`` (cascade-proxy's options,
     :func:`options`), or close to one, given with one dash (``-json``, ``-limit 5``,
-    ``-api-key K``)."""
+    ``-api-key K``). A dash pasted from a document or a chat (an em dash, a Unicode hyphen
+    or minus: ``\u2014api-key K``) is read as ``--`` (:func:`_dashed`)."""
     found: dict[int, list[str]] = {}
     longs = [o for o in known if o.startswith("--")]
+    given = [_dashed(token) for token in given]
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
         if re.match(r"-[^\W\d_]", name) and len(name) > 2:  # one dash, more than a letter
@@ -181,6 +185,18 @@ def _secrets(
     return found
 
 
+_LOOKALIKE = "\u2010-\u2015\u2212\ufe58\ufe63\uff0d"
+_DASHES = re.compile(rf"^[-{_LOOKALIKE}]*[{_LOOKALIKE}]-*")
+"""A token's leading dashes, one of them at least no ASCII one (``\u2014``, ``\u2010\u2010``)."""
+
+
+def _dashed(token: str) -> str:
+    """``token`` with its leading dashes as ``--`` where any is a lookalike of ``-`` (an
+    editor's em dash for ``--``): argparse takes it for no option, and the word after it,
+    the option's value, was quoted as an argument."""
+    return _DASHES.sub("--", token, count=1)
+
+
 def unmarked(
     extra: Sequence[str], names: Collection[str], known: Collection[str] = ()
 ) -> tuple[str, ...]:
@@ -194,10 +210,10 @@ def unmarked(
     end = extra.index("--") if "--" in extra else len(extra)
     found = []
     for i, token in enumerate(extra):
-        before = extra[i - 1] if 0 < i < end else ""
+        before = _dashed(extra[i - 1]) if 0 < i < end else ""
         after_option = before.startswith("-") and "=" not in before and before not in known
         plain = token in names or re.fullmatch(_NUMBER, token) or _word(token) or i == end
-        option = token.startswith("-") and i < end
+        option = _dashed(token).startswith("-") and i < end
         if not option and not after_option and not plain and len(token) >= 3:
             found.append(token)
     return tuple(found)
