@@ -29,7 +29,8 @@ def test_a_raw_output_buttons_name_stays_while_it_pages(
 ) -> None:
     """Pressed from the keyboard, a spill of about 60,000 characters reads some thirty pages
     a press: the focused button's name stays, and the status beside it (a live region) says
-    how much is shown, then that all is."""
+    "Reading…" once a press, then how much is shown, then that all is: it said each page's
+    count as it came, some thirty polite announcements a press."""
     from playwright.sync_api import expect
 
     fake_upstream.script(reply("ok"))
@@ -46,12 +47,20 @@ def test_a_raw_output_buttons_name_stays_while_it_pages(
              .observe(b, { attributes: true, attributeFilter: ["aria-label"],
                            childList: true, characterData: true, subtree: true }); }"""
     )
+    status.evaluate(
+        """(s) => { window.said = [];
+             new MutationObserver(() => window.said.push(s.textContent))
+             .observe(s, { childList: true, characterData: true, subtree: true }); }"""
+    )
     page.keyboard.press("Enter")
     expect(status).to_contain_text("characters shown: press again for the next page")
     page.keyboard.press("Enter")
     expect(status).to_have_text("All shown")
     expect(button).to_have_accessible_name(_NAMED)
     assert page.evaluate("window.renamed") == []
+    said = page.evaluate("window.said")
+    assert said[0::2] == ["Reading…", "Reading…"] and said[3] == "All shown", said
+    assert len(said) == 4 and said[1].endswith("press again for the next page"), said
     assert button.get_attribute("aria-disabled") == "true"
     assert page.evaluate("document.activeElement.dataset.testid") == "raw-page"
 
