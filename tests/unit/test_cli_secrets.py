@@ -236,3 +236,15 @@ def test_a_lookalike_dash_or_a_passwords_short_name_still_marks_a_secret(
     assert usage.value.code == 2
     err = capsys.readouterr().err
     assert "hunter" not in err, err
+
+
+def test_a_port_of_more_than_six_digits_is_named_by_its_length(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a count's (``quoted``): a long run of digits may be a key, all digits, pasted into
+    the wrong option; ``--port`` quoted it whole."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(["serve", "--port", "12345678901"])
+    err = capsys.readouterr().err
+    assert "--port: a number of 11 digits is not a TCP port" in err and "1234567" not in err, err
