@@ -3,7 +3,7 @@
 // was lost, or both (session.js tries again, and says when it is over).
 
 // A failure a later try may not meet: the proxy not reached (away, restarting, the network
-// down), a 5xx, a timeout or too many requests. Another 4xx (a refusal) answers the same
+// down) or its answer cut short (api.js marks both `unreached`), a 5xx, a timeout or too many requests. Another 4xx (a refusal) answers the same
 // again, and so does any other error with no status (an answer that is not JSON, a fault of
 // the page's own): tried again, it was retried for ever.
 export function passing(err) {

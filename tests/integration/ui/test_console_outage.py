@@ -120,3 +120,32 @@ def test_an_answer_no_try_mends_is_said_once_and_not_tried_again(
     page.evaluate("fetch('/healthz').then((r) => r.status)")  # the page's requests so far, seen
     assert len(tries) == 1, tries
     console.errors.clear()
+
+
+def test_an_answer_cut_before_its_end_is_one_a_later_try_may_mend(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The proxy reached, its answer cut short (it restarted while sending a long history):
+    the browser's TypeError came from reading the body, unmarked, so the load was said once
+    and not tried again, where a proxy out of reach is; an answer that is not JSON is still
+    the one no try mends."""
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    marks = page.evaluate(
+        """async () => {
+          const { call } = await import("/ui/static/api.js");
+          const { passing } = await import("/ui/static/outage.js");
+          const real = window.fetch;
+          const tried = async (body) => {
+            window.fetch = async () => new Response(body, { status: 200 });
+            try { await call("GET", "/v1/models"); return "answered"; }
+            catch (err) { return passing(err); }
+            finally { window.fetch = real; }
+          };
+          const cut = new ReadableStream({ start(c) {
+            c.enqueue(new TextEncoder().encode('{"data": ['));
+            c.error(new TypeError("network error")); } });
+          return [await tried(cut), await tried("<html>a portal</html>")];
+        }"""
+    )
+    assert marks == [True, False]
