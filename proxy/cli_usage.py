@@ -155,7 +155,7 @@ def _secrets(
     token, as the option's may be; unless it is one of ``known`` (cascade-proxy's options,
     :func:`options`), or close to one, given with one dash (``-json``, ``-limit 5``,
     ``-api-key K``). A dash pasted from a document or a chat (an em dash, a Unicode hyphen
-    or minus: ``\u2014api-key K``) is read as ``--`` (:func:`_dashed`)."""
+    or minus: ``\u2014api-key K``) is read as an ASCII one (:func:`_dashed`)."""
     found: dict[int, list[str]] = {}
     longs = [o for o in known if o.startswith("--")]
     given = [_dashed(token) for token in given]
@@ -191,10 +191,11 @@ _DASHES = re.compile(rf"^[-{_LOOKALIKE}]*[{_LOOKALIKE}]-*")
 
 
 def _dashed(token: str) -> str:
-    """``token`` with its leading dashes as ``--`` where any is a lookalike of ``-`` (an
-    editor's em dash for ``--``): argparse takes it for no option, and the word after it,
-    the option's value, was quoted as an argument."""
-    return _DASHES.sub("--", token, count=1)
+    """``token`` with its leading dashes as ASCII ones where any is a lookalike of ``-``: one
+    as ``-`` (an editor's em dash for ``--`` is then a long option's name with one dash,
+    ``-api-key``, or a short option, ``\u2013u``), two or more as ``--``. argparse takes it
+    for no option, and the word after it, the option's value, was quoted as an argument."""
+    return _DASHES.sub(lambda dashes: "-" * min(len(dashes[0]), 2), token, count=1)
 
 
 def unmarked(
@@ -274,7 +275,8 @@ def unquoted_secrets(
         f: MASK for v in [*(v for vs in held.values() for v in vs), *unplaced] for f in _quoted(v)
     }
     for i, values in held.items():  # -upassword: the option's letter kept, "-u***"
-        if given[i][2:] in values and given[i][:1] == "-" != given[i][1:2]:
+        dashed = _dashed(given[i])  # "\u2013uK" too
+        if dashed[2:] in values and dashed[:1] == "-" != dashed[1:2]:
             shown.update({f: f[:2] + MASK for f in _quoted(given[i])})
     for form in sorted(shown, key=len)[::-1]:
         # whole: "--api-key key" hid the option's name, "-o json" the flag --json

@@ -215,6 +215,9 @@ def test_what_names_one_of_cascade_proxys_options_or_a_count_stays_quoted(
         ["sessions", "ls", "\u2010\u2010api-key", "hunter"],  # Unicode hyphens
         ["sessions", "ls", "\u2212\u2212api-key", "hunter"],  # minus signs
         ["sessions", "ls", "\u2014token=hunter"],
+        ["sessions", "ls", "\u2013u", "admin:hunter"],  # curl's -u, its dash pasted
+        ["sessions", "ls", "\u2013uadmin:hunter"],
+        ["sessions", "ls", "\u2212p", "hunter"],
         ["sessions", "ls", "--pw", "hunter"],  # a password's short names
         ["sessions", "ls", "--pwd", "hunter"],
         ["sessions", "ls", "--user", "admin:hunter"],  # curl's long -u
