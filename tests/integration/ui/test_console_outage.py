@@ -149,3 +149,31 @@ def test_an_answer_cut_before_its_end_is_one_a_later_try_may_mend(
         }"""
     )
     assert marks == [True, False]
+
+
+def test_the_outage_alert_stays_while_the_event_stream_is_still_lost(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The load answers again before the event stream does: the one alert both share
+    stays, as the live updates are still stopped, and goes once the stream is back."""
+    started(console_proxy, "half")
+    loads: list[str] = []
+    streams: list[str] = []
+
+    def unreached(tries: list[str]) -> Any:
+        return lambda route: (tries.append(route.request.url), route.abort())
+
+    console.page.route("**/v1/sessions/half", unreached(loads))
+    console.page.route("**/v1/sessions/half/events", unreached(streams))
+    page = sign_in(console, "#/s/half")
+    alerts = page.locator("[data-testid=toast][data-kind=error]")
+    wait_for(lambda: len(loads) >= 2 and len(streams) >= 2, page, 15_000)
+    page.unroute("**/v1/sessions/half")
+    page.locator("#session-meta").filter(has_text="agent").wait_for(timeout=15_000)
+    # the load settled (its failure no longer held): the list is no longer busy
+    page.locator("#message-list:not([aria-busy])").wait_for(state="attached")
+    assert alerts.count() == 1, alerts.all_inner_texts()
+    page.unroute("**/v1/sessions/half/events")
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for(timeout=40_000)
+    wait_for(lambda: alerts.count() == 0, page)
+    console.errors.clear()  # the aborted requests' own console lines
