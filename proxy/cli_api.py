@@ -22,7 +22,7 @@ import httpx
 
 from proxy.cli_text import cell, printable
 from proxy.cli_url import check_port, has_credentials, on_loopback
-from proxy.logs import configure_logging, format_from_env, without_credentials
+from proxy.logs import configure_logging, format_from_env, masked, without_credentials
 
 __all__ = [
     "CONNECT_SECONDS",
@@ -74,9 +74,10 @@ def say(line: str, *, note: bool = False) -> None:
     the next page starts), or with ``CASCADE_LOG_FORMAT=json`` one JSON log line (ERROR, a
     note INFO), as every line the process writes: a log pipeline reading each line as JSON
     takes the command's too. Read from the environment, since the settings themselves may
-    be what is wrong."""
+    be what is wrong. Either way ``masked`` as a log line is (a key pasted as ``--url`` is
+    quoted by "not a URL"), the text line as the JSON one."""
     if format_from_env() != "json":
-        print(line, file=sys.stderr)
+        print(masked(line), file=sys.stderr)
         return
     configure_logging("info", "json")
     logging.getLogger("cascade").log(logging.INFO if note else logging.ERROR, "%s", line)

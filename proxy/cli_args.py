@@ -31,7 +31,9 @@ def port(text: str) -> int:
     except ValueError:  # argparse would say "invalid port value"
         port = 0
     if not 1 <= port <= 65535:  # uvicorn would take 99999 and listen somewhere else
-        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
+        # a long number as a count's is (quoted: it may be a key); a word stays, a typo
+        shown = quoted(text.strip()) if re.fullmatch(r"\s*[+-]?\d+\s*", text) else text
+        raise argparse.ArgumentTypeError(f"{shown} is not a TCP port (1-65535)")
     return port
 
 

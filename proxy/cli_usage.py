@@ -114,8 +114,10 @@ def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 # --passes, --keyfile: the mistake is the option) stays readable, and so does a count's
 # (--max-tokens 500, --num-keys 120): a word of _COUNTS in the name and a number given; any
 # other value of such an option (--token-limit K) is masked, as the word may be the key's.
+# A password's short names (--pw, --pwd) and a login's (curl's --user user:password) too.
 _SECRET_OPTION = re.compile(
-    r"--[\w-]*(?:key|token|secret|pass|cred|auth)(?:word|wd|phrase|entials?|orization)?s?$",
+    r"--[\w-]*(?:key|token|secret|pass|cred|auth|pwd?|user|login)"
+    r"(?:word|wd|phrase|entials?|orization)?s?$",
     re.IGNORECASE,
 )
 _COUNTS = frozenset({"max", "min", "num", "count", "limit", "total", "n"})
@@ -152,9 +154,11 @@ def _secrets(
     (``-upassword``) is a short option with its value, its value masked, and so is the next
     token, as the option's may be; unless it is one of ``known`` (cascade-proxy's options,
     :func:`options`), or close to one, given with one dash (``-json``, ``-limit 5``,
-    ``-api-key K``)."""
+    ``-api-key K``). A dash pasted from a document or a chat (an em dash, a Unicode hyphen
+    or minus: ``\u2014api-key K``) is read as an ASCII one (:func:`_dashed`)."""
     found: dict[int, list[str]] = {}
     longs = [o for o in known if o.startswith("--")]
+    given = [_dashed(token) for token in given]
     for i, token in enumerate(given):
         name, eq, value = token.partition("=")
         if re.match(r"-[^\W\d_]", name) and len(name) > 2:  # one dash, more than a letter
@@ -181,6 +185,19 @@ def _secrets(
     return found
 
 
+_LOOKALIKE = "\u2010-\u2015\u2212\ufe58\ufe63\uff0d"
+_DASHES = re.compile(rf"^[-{_LOOKALIKE}]*[{_LOOKALIKE}]-*")
+"""A token's leading dashes, one of them at least no ASCII one (``\u2014``, ``\u2010\u2010``)."""
+
+
+def _dashed(token: str) -> str:
+    """``token`` with its leading dashes as ASCII ones where any is a lookalike of ``-``: one
+    as ``-`` (an editor's em dash for ``--`` is then a long option's name with one dash,
+    ``-api-key``, or a short option, ``\u2013u``), two or more as ``--``. argparse takes it
+    for no option, and the word after it, the option's value, was quoted as an argument."""
+    return _DASHES.sub(lambda dashes: "-" * min(len(dashes[0]), 2), token, count=1)
+
+
 def unmarked(
     extra: Sequence[str], names: Collection[str], known: Collection[str] = ()
 ) -> tuple[str, ...]:
@@ -194,10 +211,10 @@ def unmarked(
     end = extra.index("--") if "--" in extra else len(extra)
     found = []
     for i, token in enumerate(extra):
-        before = extra[i - 1] if 0 < i < end else ""
+        before = _dashed(extra[i - 1]) if 0 < i < end else ""
         after_option = before.startswith("-") and "=" not in before and before not in known
         plain = token in names or re.fullmatch(_NUMBER, token) or _word(token) or i == end
-        option = token.startswith("-") and i < end
+        option = _dashed(token).startswith("-") and i < end
         if not option and not after_option and not plain and len(token) >= 3:
             found.append(token)
     return tuple(found)
@@ -258,7 +275,8 @@ def unquoted_secrets(
         f: MASK for v in [*(v for vs in held.values() for v in vs), *unplaced] for f in _quoted(v)
     }
     for i, values in held.items():  # -upassword: the option's letter kept, "-u***"
-        if given[i][2:] in values and given[i][:1] == "-" != given[i][1:2]:
+        dashed = _dashed(given[i])  # "\u2013uK" too
+        if dashed[2:] in values and dashed[:1] == "-" != dashed[1:2]:
             shown.update({f: f[:2] + MASK for f in _quoted(given[i])})
     for form in sorted(shown, key=len)[::-1]:
         # whole: "--api-key key" hid the option's name, "-o json" the flag --json

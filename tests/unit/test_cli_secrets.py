@@ -195,6 +195,7 @@ def test_what_follows_a_secret_taking_option_is_masked_whatever_its_shape(
         (["sessions", "ls", "-limit", "5"], "unrecognized arguments: -limit 5\n"),
         (["sessions", "ls", "-jsn"], "unrecognized arguments: -jsn\n"),  # close to --json
         (["sessions", "ls", "999999"], "unrecognized arguments: 999999\n"),  # a count's size
+        (["sessions", "ls", "\u2014api-key", "k"], "arguments: \u2014api-key ***\n"),  # its dash
     ],
 )
 def test_what_names_one_of_cascade_proxys_options_or_a_count_stays_quoted(
@@ -204,3 +205,49 @@ def test_what_names_one_of_cascade_proxys_options_or_a_count_stays_quoted(
     with pytest.raises(SystemExit):
         main(argv)
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ls", "\u2014api-key", "hunter"],  # an editor's em dash for "--"
+        ["sessions", "ls", "\u2013api-key", "hunter"],  # an en dash
+        ["sessions", "ls", "\u2010\u2010api-key", "hunter"],  # Unicode hyphens
+        ["sessions", "ls", "\u2212\u2212api-key", "hunter"],  # minus signs
+        ["sessions", "ls", "\u2014token=hunter"],
+        ["sessions", "ls", "\u2013u", "admin:hunter"],  # curl's -u, its dash pasted
+        ["sessions", "ls", "\u2013uadmin:hunter"],
+        ["sessions", "ls", "\u2212p", "hunter"],
+        ["sessions", "ls", "--pw", "hunter"],  # a password's short names
+        ["sessions", "ls", "--pwd", "hunter"],
+        ["sessions", "ls", "--user", "admin:hunter"],  # curl's long -u
+        ["sessions", "ls", "--login", "admin:hunter"],
+    ],
+)
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_lookalike_dash_or_a_passwords_short_name_still_marks_a_secret(
+    argv: list[str],
+    fmt: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dash pasted from a chat or a document (``\u2014api-key``, no ASCII dash) named no
+    option, and the short word after it, a value, was quoted as a mistyped name."""
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
+    with pytest.raises(SystemExit) as usage:
+        main(argv)
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "hunter" not in err, err
+
+
+def test_a_port_of_more_than_six_digits_is_named_by_its_length(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a count's (``quoted``): a long run of digits may be a key, all digits, pasted into
+    the wrong option; ``--port`` quoted it whole."""
+    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    with pytest.raises(SystemExit):
+        main(["serve", "--port", "12345678901"])
+    err = capsys.readouterr().err
+    assert "--port: a number of 11 digits is not a TCP port" in err and "1234567" not in err, err

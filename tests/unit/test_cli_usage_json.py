@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from proxy.cli import main
 from proxy.cli_api import say
 
 
@@ -94,3 +95,22 @@ def test_a_note_beside_an_answer_in_json_mode_is_an_info_line(
     note, error = (json.loads(line) for line in capsys.readouterr().err.splitlines())
     assert (note["level"], note["message"]) == ("INFO", "(more follow: --cursor WyJ4Il0)")
     assert (error["level"], error["message"]) == ("ERROR", "cascade-proxy sessions ls: 500 boom")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_cli_error_line_masks_a_key_in_text_as_in_json(
+    fmt: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key given as ``--url`` (a paste into the wrong option) is quoted by "not a URL":
+    the JSON line masked it (the log formatter's ``masked``), the text line wrote it."""
+    key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+    for name in ("CASCADE_URL", "CASCADE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
+    try:
+        assert main(["sessions", "ls", "--url", key]) == 2
+    finally:
+        root = logging.getLogger()
+        root.handlers[:] = [h for h in root.handlers if not getattr(h, "cascade", False)]
+    err = capsys.readouterr().err
+    assert "not a URL" in err and key[8:] not in err, err

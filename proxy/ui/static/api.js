@@ -55,8 +55,9 @@ async function failure(resp) {
 // A request that reached nothing (the proxy away, restarting, the network down) fails with
 // the browser's own words ("Failed to fetch"), which name neither the proxy nor the way out:
 // it is said in the console's, still a TypeError (no status: no answer came), marked
-// `unreached`: a later try may get through, where another error with no status (an answer
-// that is not JSON, a fault of the page's own) meets the same again. An abort is passed on
+// `unreached`: a later try may get through, as it may for an answer cut short (call), where
+// another error with no status (an answer that is not JSON, a fault of the page's own)
+// meets the same again. An abort is passed on
 // as it is.
 async function reach(url, init) {
   try {
@@ -77,7 +78,12 @@ export async function call(method, path, body, { signal } = {}) {
   }
   const resp = await reach(ROOT + path, init);
   if (!resp.ok) throw await failure(resp);
-  return resp.json();
+  try {
+    return await resp.json();
+  } catch (err) { // a TypeError: the answer cut short (the proxy restarting), worth a retry
+    if (err instanceof TypeError) err.unreached = true; // a SyntaxError: it is no JSON
+    throw err;
+  }
 }
 
 // Every row of a list endpoint from the `from`th on, a page at a time until the list says no

@@ -19,7 +19,7 @@
 // the one a result cut as it comes in sends too.
 
 import { api } from "./api.js";
-import { el, num, rawHandle, rawKey, rawSaid, rawStatus, renderMessage } from "./render.js";
+import { el, rawHandle, rawKey, rawSaid, rawStatus, renderMessage } from "./render.js";
 
 // What a press on a raw output's button reads: pages of the proxy's on to this many
 // characters more. The proxy's page is the model's (the agent's maxChars, its context's
@@ -263,8 +263,9 @@ export class MessageRows {
       pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
       pre.textContent = shown.text;
     }
-    rawSaid(li, reading
-      ? `Reading… (${num(shown.next)} of ${num(shown.total)} characters shown)` : rawStatus(shown));
+    // "Reading…" for the whole press, not each page's count: the status is a live region,
+    // and a press reads some thirty pages, each of which it would announce
+    rawSaid(li, reading ? "Reading…" : rawStatus(shown));
     // reading, or all read: it takes no press (renderMessage), yet keeps the focus, which a
     // disabled button gives up to the page's body, where the keyboard's place is lost
     button.setAttribute("aria-disabled", String(reading || shown.next >= shown.total));

@@ -1,5 +1,6 @@
 // The session view: usage panel, summary, the message list (rows.js), the actions, the
-// composer (composer.js), the memory prompt (memory.js) and the live event stream.
+// composer (composer.js), the memory prompt (memory.js), the live event stream, and what it
+// says while the proxy fails it (outage.js).
 
 import { act } from "./actions.js";
 import { api, followEvents, RETRY_MAX_MS, RETRY_MS } from "./api.js";
@@ -7,19 +8,11 @@ import { Composer, sendable } from "./composer.js";
 import { LiveView } from "./live.js";
 import { MemoryPrompt } from "./memory.js";
 import { handoffText, num, renderSummary, renderUsage } from "./render.js";
+import { Outage, passing } from "./outage.js";
 import { MessageRows, WINDOW } from "./rows.js";
 import { atEnd, toEnd } from "./scroll.js";
 
 const $ = (id) => document.getElementById(id);
-
-// A failure a later try may not meet: the proxy not reached (away, restarting, the network
-// down), a 5xx, a timeout or too many requests. Another 4xx (a refusal) answers the same
-// again, and so does any other error with no status (an answer that is not JSON, a fault of
-// the page's own): tried again, it was retried for ever.
-function passing(err) {
-  if (err.status === undefined) return err.unreached === true;
-  return !(err.status >= 400 && err.status < 500) || err.status === 408 || err.status === 429;
-}
 
 export class SessionView {
   constructor(id, ui) {
@@ -31,8 +24,7 @@ export class SessionView {
     this.again = false;
     this.whole = false; // the next load reloads the whole history
     this.handoff = null; // the toast of this session's handoff nudge
-    this.lost = null; // the toast saying the event stream stopped, until it is back
-    this.failed = null; // the toast saying a load failed, until one is answered
+    this.outage = new Outage(ui); // what is said while the proxy fails the view
     this.tries = 0; // loads failed in a row: the next try waits longer (retryLater)
     this.retry = null; // the timer of the next try
     this.messages = new MessageRows(id, $("message-list"), (err, what) => ui.handleError(err, what),
@@ -68,24 +60,6 @@ export class SessionView {
     on($("skip-to-composer"), "click", () => $("composer-input").focus());
     on($("memory-save"), "click", () => this.memory.answer(true));
     on($("memory-dismiss"), "click", () => this.memory.answer(false));
-  }
-
-  // One outage, one alert: a failed load and a lost event stream are said by one toast,
-  // whichever came first, and it goes once neither is failing (a screen reader read two
-  // alerts for one proxy away). `which` is "lost" or "failed"; the toast, or null for a 401,
-  // which signed out instead.
-  alert(which, err, what) {
-    const shown = this.lost || this.failed;
-    this[which] = shown || this.ui.handleError(err, what, 0);
-    return this[which];
-  }
-
-  // `which` ("lost" or "failed") is no longer failing: its toast goes, unless the other
-  // still says it.
-  cleared(which) {
-    const other = which === "lost" ? this.failed : this.lost;
-    if (this[which] && this[which] !== other) this[which].remove();
-    this[which] = null;
   }
 
   open() {
@@ -124,21 +98,22 @@ export class SessionView {
         if (state !== "reconnecting") this.replaying = false;
         if (state === "gone" || state === "forbidden") {
           this.following = false;
-          this.cleared("lost");
+          this.outage.cleared("lost");
           if (state === "gone") this.refresh(true);
         }
         if (state === "live") {
           if (again) { this.live.end(); this.composer.reconnected(); }
-          if (again || this.lost) this.refresh(true);
-          if (this.lost) {
-            this.cleared("lost");
+          if (again || this.outage.lost) this.refresh(true);
+          if (this.outage.lost) {
+            this.outage.cleared("lost");
             this.ui.toast("Live updates are back.", "info", 4000);
           }
           again = true;
         }
-        if (state === "reconnecting" && err && !this.lost) { // said until the stream is back
-          this.alert("lost", err, "The live updates stopped; reconnecting");
-          this.lost = this.lost || document.createElement("div"); // a 401: nothing to remove
+        const { outage } = this;
+        if (state === "reconnecting" && err && !outage.lost) { // said until the stream is back
+          outage.alert("lost", err, "The live updates stopped; reconnecting");
+          outage.lost = outage.lost || document.createElement("div"); // a 401: none to remove
         }
       });
   }
@@ -149,7 +124,7 @@ export class SessionView {
     this.live.drop();
     this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it
-    for (const shown of [this.lost, this.failed]) if (shown) shown.remove();
+    this.outage.close();
     clearTimeout(this.retry);
   }
 
@@ -160,8 +135,9 @@ export class SessionView {
   // each try raises no other alert, nor the same again once the person has closed it. The
   // proxy back, the stream live loads the view too (follow).
   retryLater(err) {
-    if (!this.failed && !this.alert("failed", err, "Could not load the session; trying " +
-      `again, every ${RETRY_MAX_MS / 1000} s at most, until it answers`)) {
+    const said = "Could not load the session; trying again, every " +
+      `${RETRY_MAX_MS / 1000} s at most, until it answers`;
+    if (!this.outage.failed && !this.outage.alert("failed", err, said)) {
       return; // a 401: signed out, nothing to try again
     }
     clearTimeout(this.retry);
@@ -175,7 +151,7 @@ export class SessionView {
   loaded() {
     this.tries = 0;
     clearTimeout(this.retry);
-    this.cleared("failed");
+    this.outage.cleared("failed");
   }
 
   // One load at a time, and at most one more queued: a burst of events while one runs

@@ -29,7 +29,8 @@ def test_a_raw_output_buttons_name_stays_while_it_pages(
 ) -> None:
     """Pressed from the keyboard, a spill of about 60,000 characters reads some thirty pages
     a press: the focused button's name stays, and the status beside it (a live region) says
-    how much is shown, then that all is."""
+    "Reading…" once a press, then how much is shown, then that all is: it said each page's
+    count as it came, some thirty polite announcements a press."""
     from playwright.sync_api import expect
 
     fake_upstream.script(reply("ok"))
@@ -46,12 +47,20 @@ def test_a_raw_output_buttons_name_stays_while_it_pages(
              .observe(b, { attributes: true, attributeFilter: ["aria-label"],
                            childList: true, characterData: true, subtree: true }); }"""
     )
+    status.evaluate(
+        """(s) => { window.said = [];
+             new MutationObserver(() => window.said.push(s.textContent))
+             .observe(s, { childList: true, characterData: true, subtree: true }); }"""
+    )
     page.keyboard.press("Enter")
     expect(status).to_contain_text("characters shown: press again for the next page")
     page.keyboard.press("Enter")
     expect(status).to_have_text("All shown")
     expect(button).to_have_accessible_name(_NAMED)
     assert page.evaluate("window.renamed") == []
+    said = page.evaluate("window.said")
+    assert said[0::2] == ["Reading…", "Reading…"] and said[3] == "All shown", said
+    assert len(said) == 4 and said[1].endswith("press again for the next page"), said
     assert button.get_attribute("aria-disabled") == "true"
     assert page.evaluate("document.activeElement.dataset.testid") == "raw-page"
 
@@ -111,3 +120,60 @@ def test_an_answer_no_try_mends_is_said_once_and_not_tried_again(
     page.evaluate("fetch('/healthz').then((r) => r.status)")  # the page's requests so far, seen
     assert len(tries) == 1, tries
     console.errors.clear()
+
+
+def test_an_answer_cut_before_its_end_is_one_a_later_try_may_mend(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The proxy reached, its answer cut short (it restarted while sending a long history):
+    the browser's TypeError came from reading the body, unmarked, so the load was said once
+    and not tried again, where a proxy out of reach is; an answer that is not JSON is still
+    the one no try mends."""
+    page = sign_in(console)
+    page.get_by_test_id("session-list").wait_for(state="attached")
+    marks = page.evaluate(
+        """async () => {
+          const { call } = await import("/ui/static/api.js");
+          const { passing } = await import("/ui/static/outage.js");
+          const real = window.fetch;
+          const tried = async (body) => {
+            window.fetch = async () => new Response(body, { status: 200 });
+            try { await call("GET", "/v1/models"); return "answered"; }
+            catch (err) { return passing(err); }
+            finally { window.fetch = real; }
+          };
+          const cut = new ReadableStream({ start(c) {
+            c.enqueue(new TextEncoder().encode('{"data": ['));
+            c.error(new TypeError("network error")); } });
+          return [await tried(cut), await tried("<html>a portal</html>")];
+        }"""
+    )
+    assert marks == [True, False]
+
+
+def test_the_outage_alert_stays_while_the_event_stream_is_still_lost(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The load answers again before the event stream does: the one alert both share
+    stays, as the live updates are still stopped, and goes once the stream is back."""
+    started(console_proxy, "half")
+    loads: list[str] = []
+    streams: list[str] = []
+
+    def unreached(tries: list[str]) -> Any:
+        return lambda route: (tries.append(route.request.url), route.abort())
+
+    console.page.route("**/v1/sessions/half", unreached(loads))
+    console.page.route("**/v1/sessions/half/events", unreached(streams))
+    page = sign_in(console, "#/s/half")
+    alerts = page.locator("[data-testid=toast][data-kind=error]")
+    wait_for(lambda: len(loads) >= 2 and len(streams) >= 2, page, 15_000)
+    page.unroute("**/v1/sessions/half")
+    page.locator("#session-meta").filter(has_text="agent").wait_for(timeout=15_000)
+    # the load settled (its failure no longer held): the list is no longer busy
+    page.locator("#message-list:not([aria-busy])").wait_for(state="attached")
+    assert alerts.count() == 1, alerts.all_inner_texts()
+    page.unroute("**/v1/sessions/half/events")
+    page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for(timeout=40_000)
+    wait_for(lambda: alerts.count() == 0, page)
+    console.errors.clear()  # the aborted requests' own console lines
