@@ -318,7 +318,7 @@ def create_app(
             }
         },
     )
-    for module in (chat, sessions, events, health, memory):
+    for module in (chat, azure, sessions, events, health, memory):
         app.include_router(module.router)
     install_error_handlers(app)
     install_middleware(app, settings, holder, require_keys, observer)

@@ -87,10 +87,29 @@ def install_middleware(
 _AZURE_ROOT = re.compile(r"(?:/s/[^/]+)?/openai/")  # an azure_endpoint's paths, not a model id's
 _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a missing session
 _DEPLOYMENTS = (
-    "; of Azure's paths the proxy serves the chat alone, "
-    "/openai/deployments/<deployment>/chat/completions (give AzureOpenAI the proxy's origin "
-    "as its azure_endpoint); call the others under /v1/, with the SDK's OpenAI client"
+    "; of Azure's paths the proxy serves /openai/deployments/<deployment>/chat/completions, "
+    "/openai/deployments/<deployment>/embeddings and /openai/models (give AzureOpenAI the "
+    "proxy's origin as its azure_endpoint); it serves no others, nor OpenAI's under /v1/"
 )
+
+
+_OPENAI_UNSERVED = re.compile(
+    r"(?:/s/[^/]+)?/v1/(?:chat/completions/.|(?:responses|completions|files|uploads|audio"
+    r"|images|moderations|batches|assistants|threads|vector_stores|fine_tuning|realtime"
+    r"|conversations|evals|containers)(?:/|$))"
+)  # OpenAI's other APIs, which the SDK's newer calls (client.responses.create) go to
+_SERVED = (
+    "; of OpenAI's APIs the proxy serves chat completions (POST /v1/chat/completions), "
+    "models (GET /v1/models) and embeddings (POST /v1/embeddings), not this one"
+)
+
+
+def _unserved_hint(path: str) -> str:
+    """What a 404's message adds for a path of Azure's (where the SDK's AzureOpenAI puts its
+    calls) or of OpenAI's other APIs: the paths the proxy serves instead."""
+    if "/deployments/" in path or _AZURE_ROOT.match(path):
+        return _DEPLOYMENTS
+    return _SERVED if _OPENAI_UNSERVED.match(path) else ""
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -120,9 +139,7 @@ def install_error_handlers(app: FastAPI) -> None:
         headers, code = getattr(exc, "headers", None), _HTTP_CODES.get(exc.status_code)
         if exc.status_code == 404:  # OpenAI's words for a path it has no route for
             message = f"Invalid URL ({client_method(request.scope)} {request_path(request.scope)})"
-            path = request.url.path  # where the SDK's AzureOpenAI puts its calls
-            if "/deployments/" in path or _AZURE_ROOT.match(path):
-                message += _DEPLOYMENTS
+            message += _unserved_hint(request.url.path)
         elif exc.status_code == 405:  # Starlette's names one route's; a mount's own is kept
             allow = ", ".join(allowed_methods(request)) or (headers or {}).get("Allow", "")
             headers = {**(headers or {}), "Allow": allow}

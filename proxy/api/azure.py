@@ -1,6 +1,8 @@
-"""Azure OpenAI's chat path, ``POST /openai/deployments/{deployment}/chat/completions`` (also
-under ``/s/{session_id}/``): where the SDK's ``AzureOpenAI`` client, given the proxy's origin
-as its ``azure_endpoint``, sends a chat.
+"""Azure OpenAI's paths, also under ``/s/{session_id}/``: where the SDK's ``AzureOpenAI``
+client, given the proxy's origin as its ``azure_endpoint``, sends a chat
+(``POST /openai/deployments/{deployment}/chat/completions``), embeddings
+(``POST /openai/deployments/{deployment}/embeddings``) and its model calls
+(``GET /openai/models``, ``GET /openai/models/{model}``).
 
 The deployment names the model, as on Azure: it is the body's ``model`` (one the body holds
 too is replaced), so the agent, the provider and the window are the ones that model routes
@@ -8,8 +10,11 @@ to, and the call goes to that provider as a ``/v1/chat/completions`` call would,
 ``baseUrl`` under its key. The client's query goes along as any chat's does, but for its
 ``api-version``: the version of this path's API, which the proxy serves, where the provider
 is called at its OpenAI path (Azure's v1 API refuses the parameter there; README Decisions).
-These are plain Starlette routes, as the chat's own are (``proxy.api.chat``), under the app's
-one middleware stack; ``OPENAPI_PATHS`` describes them.
+The chat's are plain Starlette routes, as the chat's own are (``proxy.api.chat``), under the
+app's one middleware stack; ``OPENAPI_PATHS`` describes them. The embeddings and models routes
+are ``router``'s, served as ``/v1/embeddings`` and ``/v1/models`` are (``chat.passthrough``):
+the deployment is the embeddings body's model (one it names is replaced, as the chat's is),
+and the ``api-version`` stays back there too.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.api.chat import chat, chat_operation
-from proxy.api.deps import session_path_id
+from proxy.api.chat import chat, chat_operation, model_path, passthrough
+from proxy.api.deps import ConfigDep, TenantDep, UpstreamDep, session_path_id
+from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY
 
-__all__ = ["OPENAPI_PATHS", "routes"]
+__all__ = ["OPENAPI_PATHS", "router", "routes"]
 
 PATH = "/openai/deployments/{deployment}/chat/completions"
 
@@ -72,3 +79,74 @@ OPENAPI_PATHS: dict[str, Any] = {
     "/s/{session_id}" + PATH: {"post": _operation(True)},
 }
 """The Azure chat routes' entries in ``/openapi.json``."""
+
+
+router = APIRouter()
+_EMBEDDINGS = "/openai/deployments/{deployment}/embeddings"
+
+
+@router.post(_EMBEDDINGS, responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
+async def deployment_embeddings(
+    deployment: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
+    """Embeddings on an Azure deployment path: the deployment is the model; else as
+    ``POST /v1/embeddings``."""
+    return await passthrough(
+        request, upstream, cfg, "/embeddings", model_in_body=True, azure=True, deployment=deployment
+    )
+
+
+@router.post("/s/{session_id}" + _EMBEDDINGS, responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
+async def session_deployment_embeddings(
+    session_id: str,
+    deployment: str,
+    request: Request,
+    upstream: UpstreamDep,
+    cfg: ConfigDep,
+    _: TenantDep,
+) -> Response:
+    return await passthrough(
+        request,
+        upstream,
+        cfg,
+        "/embeddings",
+        named=True,
+        model_in_body=True,
+        azure=True,
+        deployment=deployment,
+    )
+
+
+@router.get("/openai/models")
+async def azure_models(
+    request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
+    """The model list on Azure's path (``AzureOpenAI``'s ``models.list``); as ``/v1/models``."""
+    return await passthrough(request, upstream, cfg, "/models", azure=True)
+
+
+@router.get("/s/{session_id}/openai/models")
+async def session_azure_models(
+    session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
+    return await passthrough(request, upstream, cfg, "/models", named=True, azure=True)
+
+
+@router.get("/openai/models/{model:model_id}")
+async def azure_model(
+    model: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
+) -> Response:
+    """One model on Azure's path (``models.retrieve``); as ``/v1/models/{model}``."""
+    return await passthrough(request, upstream, cfg, model_path(model), azure=True)
+
+
+@router.get("/s/{session_id}/openai/models/{model:model_id}")
+async def session_azure_model(
+    session_id: str,
+    model: str,
+    request: Request,
+    upstream: UpstreamDep,
+    cfg: ConfigDep,
+    _: TenantDep,
+) -> Response:
+    return await passthrough(request, upstream, cfg, model_path(model), named=True, azure=True)

@@ -37,6 +37,7 @@ from proxy.api.deps import (
 )
 from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY, RELAYED_ERROR_SCHEMA
 from proxy.auth import check_agent, key_agents, key_in_force
+from proxy.jsonio import dumps
 from proxy.observe import note_usage
 from proxy.provider_errors import log_relayed
 from proxy.provider_refusal import relayed
@@ -47,7 +48,15 @@ from proxy.services.prep_wait import Prepared, PrepWait
 from proxy.session_id import derive_session_id, named_session_id
 from proxy.upstream import response_headers
 
-__all__ = ["chat", "chat_operation", "router", "routes", "OPENAPI_PATHS"]
+__all__ = [
+    "chat",
+    "chat_operation",
+    "model_path",
+    "passthrough",
+    "router",
+    "routes",
+    "OPENAPI_PATHS",
+]
 
 router = APIRouter()
 AZURE_VERSION = "api-version"
@@ -199,7 +208,7 @@ _EMBEDDINGS_HINT = "ask for fewer inputs, or for encoding_format base64"
 _MODELS_HINT = "check the provider's baseUrl"
 
 
-async def _passthrough(
+async def passthrough(
     request: Request,
     upstream: UpstreamDep,
     cfg: ConfigDep,
@@ -207,7 +216,12 @@ async def _passthrough(
     named: bool = False,
     *,
     model_in_body: bool = False,
+    azure: bool = False,
+    deployment: str | None = None,
 ) -> Response:
+    """A call passed to the provider as it came. ``azure``: one of Azure's paths
+    (``proxy.api.azure``), whose ``api-version`` stays back as a chat's does there, and whose
+    ``deployment`` is an embeddings body's model, as the chat's is."""
     # The path's id (under /s/{session_id}/), else X-Session-Id, read as a chat reads them:
     # a malformed one is the 400, before any provider call; a valid one is named back. A key
     # limited to some agents names only their sessions (or a free id), as on every route
@@ -233,19 +247,25 @@ async def _passthrough(
         # Checked here, sent as it came: a provider that cannot parse a body answers what it
         # likes (an HTML page, a 500), not an error the client can read as its own.
         body = json_object(content)
+        if deployment is not None and body.get("model") != deployment:
+            body = {**body, "model": deployment}
+            content = dumps(body)
         model = _body_model(body) if model_in_body else None
     # A model list near the chat's cap is no provider's; an embeddings batch can pass it.
     if model_in_body:
         cap, hint = answers.MAX_EMBEDDINGS_BYTES, _EMBEDDINGS_HINT
     else:
         cap, hint = answers.MAX_ANSWER_BYTES, _MODELS_HINT
+    query = upstream_query(request, cfg)
+    if azure:
+        query = [p for p in query if p[0] != AZURE_VERSION]
     resp = await upstream.call(
         provider,
         request.method,
         path,
         client_headers=upstream_headers(request, cfg),
         content=content,
-        params=upstream_query(request, cfg),
+        params=query,
         model=model,
         max_bytes=cap,
         over_hint=hint,
@@ -260,14 +280,14 @@ async def _passthrough(
 
 @router.get("/v1/models")
 async def models(request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep) -> Response:
-    return await _passthrough(request, upstream, cfg, "/models")
+    return await passthrough(request, upstream, cfg, "/models")
 
 
 @router.get("/s/{session_id}/v1/models")
 async def session_models(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/models", named=True)
+    return await passthrough(request, upstream, cfg, "/models", named=True)
 
 
 class _ModelId(PathConvertor):
@@ -288,7 +308,7 @@ class _ModelId(PathConvertor):
 register_url_convertor("model_id", _ModelId())
 
 
-def _model_path(model: str) -> str:
+def model_path(model: str) -> str:
     """The provider's path of one model."""
     return "/models/" + quote(model, safe="/:@")
 
@@ -298,7 +318,7 @@ async def model(
     model: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
     """One model (the SDKs' ``models.retrieve``); ``path``: some ids hold a ``/``."""
-    return await _passthrough(request, upstream, cfg, _model_path(model))
+    return await passthrough(request, upstream, cfg, model_path(model))
 
 
 @router.get("/s/{session_id}/v1/models/{model:model_id}")
@@ -310,18 +330,18 @@ async def session_model(
     cfg: ConfigDep,
     _: TenantDep,
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, _model_path(model), named=True)
+    return await passthrough(request, upstream, cfg, model_path(model), named=True)
 
 
 @router.post("/v1/embeddings", responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
 async def embeddings(
     request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/embeddings", model_in_body=True)
+    return await passthrough(request, upstream, cfg, "/embeddings", model_in_body=True)
 
 
 @router.post("/s/{session_id}/v1/embeddings", responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
 async def session_embeddings(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
-    return await _passthrough(request, upstream, cfg, "/embeddings", named=True, model_in_body=True)
+    return await passthrough(request, upstream, cfg, "/embeddings", named=True, model_in_body=True)

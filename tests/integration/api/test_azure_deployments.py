@@ -90,10 +90,10 @@ def test_an_azure_client_given_the_v1_url_is_told_the_endpoint_to_give(
     message = missing.value.message
     assert "/v1/deployments/gpt-fake/chat/completions" in message
     assert "give AzureOpenAI the proxy's origin as its azure_endpoint" in message
-    with pytest.raises(openai.NotFoundError) as other:  # Azure's other paths: the v1 ones
-        _azure(proxy.origin).embeddings.create(model="emb", input="hi")
-    assert "/openai/deployments/emb/embeddings" in other.value.message
-    assert "call the others under /v1/" in other.value.message
+    with pytest.raises(openai.NotFoundError) as other:  # Azure's paths the proxy does not serve
+        _azure(proxy.origin).images.generate(model="dall-e", prompt="a cat")
+    assert "/openai/deployments/dall-e/images/generations" in other.value.message
+    assert "/openai/deployments/<deployment>/embeddings and /openai/models" in other.value.message
     with httpx.Client(base_url=proxy.origin, headers={"api-key": KEY}) as http:
         unserved = http.get("/v1/models/openai/%2E%2E/files")  # a model id's "openai/"
     assert unserved.status_code == 404 and "Azure" not in unserved.text, unserved.text
