@@ -95,6 +95,15 @@ class AnswerBudget:
                 f"({_SETTING}); nothing was sent to the provider: retry shortly, or stream"
             )
 
+    async def room(self) -> None:
+        """Return once the budget is not spent (at once when it is not): for a caller that
+        can wait for a call the budget would refuse (a compaction's summary, which has no
+        client to retry it), rather than count the refusal as its call's failure."""
+        while self.busy():
+            if self._freed is None:
+                self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            await self._freed.wait()
+
     async def take(self, size: int, holding: int = 0) -> None:
         """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503.
 

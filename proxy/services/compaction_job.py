@@ -13,8 +13,10 @@ again), and a briefing grown past ``reflectTokens`` gets one reflection pass, ke
 parses and is shorter. An answer far longer than the ``max_tokens`` it was given is unusable too
 (``_OVERRUN``), as is one its provider cut short (``_UNFINISHED``). An error's
 ``Retry-After`` up to ``_RETRY_AFTER_WAIT`` is waited for before the next try; a longer
-one ends the tries and sets the session's backoff instead. The whole call, retries included,
-is bounded by ``summarize.timeoutSeconds``.
+one ends the tries and sets the session's backoff instead. A call the proxy's own budget of
+whole answers refuses (``answer_budget``'s 503) is no attempt: the summary waits for room
+and asks again. The whole call, retries and waits included, is bounded by
+``summarize.timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from proxy.cascade.types import CompactionPlan, TokenCounter
 from proxy.config import Config, ModelConfig, ProviderConfig
 from proxy.config_context import SummarizeConfig
 from proxy.credentials import CLIENT_KEY_HEADERS
+from proxy.errors import ServerBusy
 from proxy.services.fastmodel import (
     TOO_LONG,
     answer_data,
@@ -291,7 +294,11 @@ async def _call(
     last = "no attempt made"
     tally = _Tally() if tally is None else tally
     end = tally.calls + job.cfg.max_attempts if limit is None else limit
+    busy = 0  # the calls the proxy's own budget refused, none of them an attempt
     while tally.calls < end:
+        if busy:  # room first, then a pause: an answer refused on arrival was paid for
+            await upstream.budget.room()
+            await asyncio.sleep(min(0.2 * (2 ** (busy - 1)), 2.0))
         tally.calls += 1
         attempt = tally.calls
         body = {
@@ -303,6 +310,10 @@ async def _call(
         too_long, wait = False, None
         try:
             resp = await post_fast_model(upstream, job, body)
+        except ServerBusy:  # the proxy's whole answers hold its budget: no fast model's fault
+            log.info("compaction of %s waits for the budget of whole answers", job.session_id)
+            tally.calls, busy = tally.calls - 1, busy + 1
+            continue
         except Exception as exc:  # transport errors (ProxyError) included: no answer's fault
             last = f"{type(exc).__name__}: {exc}"
         else:
