@@ -81,8 +81,11 @@ DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 class ProviderConfig(Block):
     """A provider. ``caFile`` is a PEM bundle trusted for this provider instead of the default
-    CAs; ``verifyTls`` false skips certificate checks for it. ``name`` is its key under
-    ``providers`` (set by ``parse_config``, not a file key), for messages that name it."""
+    CAs; ``verifyTls`` false skips certificate checks for it. ``apiVersion`` is sent as the
+    ``api-version`` query parameter of every call to it (an Azure deployment URL's calls
+    each need one: ``config_checks.check_urls``), in place of one a client sent. ``name`` is
+    its key under ``providers`` (set by ``parse_config``, not a file key), for messages that
+    name it."""
 
     base_url: str = DEFAULT_OPENAI_BASE_URL
     api_key_env: VariableName | None = None
@@ -90,6 +93,7 @@ class ProviderConfig(Block):
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     ca_file: str | None = None
     verify_tls: bool = True
+    api_version: str | None = Field(default=None, min_length=1, pattern=r"^[!-~]+$")
     name: str = Field(default="", exclude=True)
 
     def own_key(self, env: Mapping[str, str]) -> str | None:

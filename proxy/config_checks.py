@@ -164,6 +164,11 @@ def _shortest_match(source: str) -> int:
     return int(parser.parse(source).getwidth()[0])
 
 
+_AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/[^/]+/?$", re.IGNORECASE)
+"""An old-style Azure OpenAI baseUrl's path, a deployment's, whose API takes no call without
+its ``api-version`` (``config_warnings``)."""
+
+
 def check_urls(cfg: Config, *, from_env: bool) -> None:
     """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535,
     and no query or fragment: else every request to it would be a 502 (or go elsewhere).
@@ -299,12 +304,13 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
 def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     """What a valid config asks for that will not happen, for the log at load and reload:
     proxy keys whose variable is unset, providers left without credentials in proxy-key mode
-    (the client's token is then the proxy's secret and is never forwarded), and an embedding
+    (the client's token is then the proxy's secret and is never forwarded), an embedding
     provider without credentials (it is called in the background, never with a client's
-    token). A variable of only blanks (an empty secrets file's newline) is no key, as the
-    gate and the provider calls read it (stripped): it is said to be blank. And a model
-    prefix or agent named ``default`` in another case, which is not the fallback, and a
-    ``models`` entry that leaves out what ``models.default`` sets (``_not_inherited``)."""
+    token), an Azure deployment baseUrl with no ``apiVersion``. A variable of only blanks
+    (an empty secrets file's newline) is no key, as the gate and the provider calls read it
+    (stripped): it is said to be blank. And a model prefix or agent named ``default`` in
+    another case, which is not the fallback, and a ``models`` entry that leaves out what
+    ``models.default`` sets (``_not_inherited``)."""
     out = [
         f"{block}: {name!r} is not the fallback default (names are matched case by case): "
         f"it is the {what} {name} only"
@@ -334,6 +340,13 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
                 f"provider {name!r} will be called without credentials (proxy keys "
                 f"are never forwarded): {fix}"
             )
+    out += [
+        f"providers.{name}.baseUrl: an Azure deployment URL, whose every call needs an "
+        "api-version; without apiVersion only a client's extra_query sends one (never "
+        "AzureOpenAI's, the embedder's or /compact's calls): set apiVersion, or use /openai/v1"
+        for name, p in cfg.providers.items()
+        if p.api_version is None and _AZURE_DEPLOYMENT.search(urlsplit(p.base_url).path)
+    ]
     emb = cfg.embedding.provider
     if emb != "builtin" and any(c.retrieval.enabled for c in (cfg.context, *cfg.resolved.values())):
         key_env = cfg.providers[emb].api_key_env

@@ -137,6 +137,10 @@ def _decodable(encoding: str) -> bool:
     return all(c in DECODED_ENCODINGS for c in codings if c)
 
 
+API_VERSION = "api-version"
+"""The query parameter a provider's ``apiVersion`` is sent in (Azure's)."""
+
+
 class Upstream:
     """``call`` for whole answers, ``open_stream`` for streams, over one pooled client."""
 
@@ -220,6 +224,9 @@ class Upstream:
             headers.pop("content-type")
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
+        if provider.api_version is not None:  # the provider's own, not a client's
+            kept = [p for p in (params or ()) if p[0] != API_VERSION]
+            params = [*kept, (API_VERSION, provider.api_version)]
         url = self._url(provider.base_url, target, path, cache=params is None)
         if timer is not None and timer.traced:  # the call's trace context; none untraced
             headers.update(timer.trace_headers(url.host, url.port or _PORTS.get(url.scheme)))
