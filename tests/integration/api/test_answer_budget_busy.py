@@ -1,6 +1,8 @@
 """Two whole answers that together pass ``CASCADE_MAX_HELD_ANSWER_BYTES``: the one arriving
 second waits for room, and when none frees up in time its client gets the 503
-``server_busy`` with ``Retry-After`` (the SDKs retry it), while the first is answered."""
+``server_busy`` with ``Retry-After`` (the SDKs retry it), while the first is answered. The
+budget is the app's (its ``Upstream``'s, made in its lifespan): two apps in one process
+(tests, a host embedding the proxy) each hold their own."""
 
 from __future__ import annotations
 
@@ -57,3 +59,30 @@ def test_a_whole_answer_past_the_budget_is_a_503_its_client_retries(
     assert busy.headers["retry-after"] == "1"
     assert busy.json()["error"]["code"] == "server_busy"
     assert "CASCADE_MAX_HELD_ANSWER_BYTES" in busy.json()["error"]["message"]
+
+
+def test_two_apps_in_one_process_each_have_their_own_budget(
+    start_proxy: StartProxy,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same two answers as above, one to each of two apps: both are answered, where a
+    budget shared by the process would refuse one of them."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.2)
+    config = write_config(tmp_path / "a.json", fake_upstream.url)
+    proxies = [start_proxy(config, max_held_answer_bytes=2000) for _ in range(2)]
+    slow = [b" " * 1500, json.dumps(_WHOLE).encode()]
+    json_type = {"content-type": "application/json"}
+    fake_upstream.script(
+        *(raw(*slow, headers=json_type, chunk_delay=1.0) for _ in range(2)), endpoint=CHAT
+    )
+    body = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
+
+    def ask(origin: str, session: str) -> httpx.Response:
+        with httpx.Client(base_url=origin, timeout=10) as http:
+            return http.post("/v1/chat/completions", json=body, headers={"x-session-id": session})
+
+    with ThreadPoolExecutor(2) as pool:  # two sessions: one would take turns on the database
+        answers = list(pool.map(ask, [p.origin for p in proxies], ["one", "two"]))
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
