@@ -68,7 +68,14 @@ them off."""
 STAGES = ("truncation", "eviction", "compaction", "overflow")
 """The ``stage`` values of ``cascade_tokens_reclaimed_total``."""
 
-RESULTS = ("completed", "summary_failed", "history_changed", "agent_changed", "interrupted")
+RESULTS = (
+    "completed",
+    "summary_failed",
+    "server_busy",
+    "history_changed",
+    "agent_changed",
+    "interrupted",
+)
 """The ``result`` values of ``cascade_compactions_total`` (README: Metrics). ``interrupted``
 is counted when the session's next compaction closes one an earlier process left running;
 the pass at start-up that closes them is not in a request, and counts none."""
@@ -255,9 +262,8 @@ class Metrics:
         )
         self.compactions = Counter(
             "cascade_compactions_total",
-            "Compactions that ended, by result: completed, or "
-            "the failure's reason (summary_failed, history_changed, agent_changed, "
-            "interrupted).",
+            "Compactions that ended, by result: completed, or the failure's reason "
+            "(summary_failed, server_busy, history_changed, agent_changed, interrupted).",
             ("result",),
             registry=r,
         )

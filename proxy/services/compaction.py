@@ -56,7 +56,13 @@ from proxy.cascade.types import COMPACTION_COMPLETED, TokenCounter
 from proxy.observe import compaction_span
 from proxy.services.compaction_events import publish, report_started
 from proxy.services.compaction_failed import discarded, report_failed
-from proxy.services.compaction_job import Briefing, CompactionJob, SummaryCallError, summarise
+from proxy.services.compaction_job import (
+    Briefing,
+    CompactionJob,
+    SummaryCallError,
+    SummaryDeferred,
+    summarise,
+)
 from proxy.services.compaction_span import (
     CLAIM_PASSED,
     CompactionResult,
@@ -304,9 +310,8 @@ class DurableSummarizer:
         except SummaryCallError as exc:
             conn = await lent.take()
             error, calls = str(exc), exc.attempts
-            wait = await report_failed(
-                conn, self._publish, job, span, t0, "summary_failed", error, calls, exc
-            )
+            why = "server_busy" if isinstance(exc, SummaryDeferred) else "summary_failed"
+            wait = await report_failed(conn, self._publish, job, span, t0, why, error, calls, exc)
             return span.unchanged(str(exc), failed=True, backoff=wait)
         return await self._store(lent, job, span, brief, t0)
 

@@ -50,7 +50,14 @@ from proxy.services.fastmodel import (
 from proxy.services.memory import patterns_for, scope_of_agent
 from proxy.upstream import OWN_KEY_HEADERS, Upstream
 
-__all__ = ["Briefing", "CompactionJob", "job_for", "SummaryCallError", "summarise"]
+__all__ = [
+    "Briefing",
+    "CompactionJob",
+    "job_for",
+    "SummaryCallError",
+    "SummaryDeferred",
+    "summarise",
+]
 
 log = logging.getLogger("cascade.compaction")
 _SUMMARY_OUTPUT_TOKENS = 2000
@@ -161,6 +168,12 @@ class SummaryCallError(RuntimeError):
         self.retry_after = retry_after
 
 
+class SummaryDeferred(SummaryCallError):
+    """``summarize.timeoutSeconds`` ran out while the summary waited for the proxy's budget
+    of whole answers (``answer_budget``): no failure of the fast model's, so it leaves the
+    session no backoff (``compaction_failed.report_failed``'s ``server_busy``)."""
+
+
 class _TooLong(SummaryCallError):
     """The fast model refused the prompt as longer than its window."""
 
@@ -177,6 +190,7 @@ class Briefing:
 @dataclass(slots=True)
 class _Tally:
     calls: int = 0
+    waiting: bool = False  # for the budget's room (``_call``), not for the fast model
 
 
 async def summarise(
@@ -201,10 +215,14 @@ async def summarise(
         async with requestlog.deadline_at(deadline):
             text = await _briefing_text(upstream, job, plan, count, ratio, tally)
     except TimeoutError:
-        raise SummaryCallError(
-            f"no usable briefing within summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)",
-            tally.calls,
-        ) from None
+        within = f"summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)"
+        if tally.waiting:
+            raise SummaryDeferred(
+                "the proxy's budget of whole answers (CASCADE_MAX_HELD_ANSWER_BYTES) stayed "
+                f"spent through {within}; the span is folded by a later compaction",
+                tally.calls,
+            ) from None
+        raise SummaryCallError(f"no usable briefing within {within}", tally.calls) from None
     content = parse_briefing(text, previous=plan.previous)
     if needs_reflect(content, count=count, reflect_tokens=job.cfg.reflect_tokens):
         reflect = build_reflect_prompt(content, target_tokens=job.cfg.reflect_tokens // 2)
@@ -297,8 +315,10 @@ async def _call(
     busy = 0  # the calls the proxy's own budget refused, none of them an attempt
     while tally.calls < end:
         if busy:  # room first, then a pause: an answer refused on arrival was paid for
+            tally.waiting = True
             await upstream.budget.room()
             await asyncio.sleep(min(0.2 * (2 ** (busy - 1)), 2.0))
+            tally.waiting = False
         tally.calls += 1
         attempt = tally.calls
         body = {

@@ -33,7 +33,14 @@ def _documented(metric: str) -> list[str]:
 def test_every_documented_label_value_is_exported_at_zero() -> None:
     text = Metrics().render().decode()
     results = _documented("cascade_compactions_total")
-    expected = {"completed", "summary_failed", "history_changed", "agent_changed", "interrupted"}
+    expected = {
+        "completed",
+        "summary_failed",
+        "server_busy",
+        "history_changed",
+        "agent_changed",
+        "interrupted",
+    }
     assert expected <= set(results)
     for result in results:  # a compaction closed as interrupted mid-run is counted too
         assert f'cascade_compactions_total{{result="{result}"}} 0.0' in text, result

@@ -2,7 +2,9 @@
 (``answer_budget``'s 503 ``server_busy``, before the call is sent or as its answer arrives) is
 no attempt of the fast model's: the summary waits for room and asks again, where each
 refusal spent one of its ``summarize.maxAttempts`` and a spent budget failed the compaction
-(and grew the session's backoff) with nothing wrong with the fast model."""
+(and grew the session's backoff) with nothing wrong with the fast model. A budget spent
+past ``summarize.timeoutSeconds`` defers the summary (``SummaryDeferred``, reported as
+``server_busy``, which leaves no backoff)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from proxy.answer_budget import AnswerBudget
+from proxy.cascade.types import CompactionPlan
 from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.errors import ServerBusy
-from proxy.services.compaction_job import _call
+from proxy.services.compaction_job import SummaryDeferred, _call, summarise
 
 _BRIEFING = (
     "## Objective\nFix the parser\n\n## Decisions & Facts\n- keep the API\n\n"
@@ -80,3 +85,14 @@ async def test_a_spent_budget_is_waited_out_and_counts_no_attempt() -> None:
 async def test_room_returns_at_once_when_the_budget_is_not_spent() -> None:
     budget = AnswerBudget(100)
     await asyncio.wait_for(budget.room(), 0.1)
+
+
+async def test_a_budget_spent_past_the_summarys_deadline_defers_it() -> None:
+    upstream = _Upstream()
+    await upstream.budget.take(100)  # spent, and never given back
+    job: Any = SimpleNamespace(**{**vars(_JOB), "cfg": SummarizeConfig(timeoutSeconds=0.3)})
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    with pytest.raises(SummaryDeferred) as deferred:
+        await summarise(upstream, job, plan, count=lambda ms: len(str(ms)))  # type: ignore[arg-type]
+    assert deferred.value.attempts == 0 and upstream.sent == 0
+    assert "CASCADE_MAX_HELD_ANSWER_BYTES" in str(deferred.value)
