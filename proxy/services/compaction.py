@@ -310,9 +310,10 @@ class DurableSummarizer:
         except SummaryCallError as exc:
             conn = await lent.take()
             error, calls = str(exc), exc.attempts
-            why = "server_busy" if isinstance(exc, SummaryDeferred) else "summary_failed"
+            busy = isinstance(exc, SummaryDeferred)
+            why = "server_busy" if busy else "summary_failed"
             wait = await report_failed(conn, self._publish, job, span, t0, why, error, calls, exc)
-            return span.unchanged(str(exc), failed=True, backoff=wait)
+            return span.unchanged(str(exc), failed=True, backoff=wait, busy=busy)
         return await self._store(lent, job, span, brief, t0)
 
     async def _store(

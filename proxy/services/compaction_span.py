@@ -79,6 +79,7 @@ class CompactionResult:
     backoff: float | None = None  # seconds the session's background compaction now waits
     moved_to: str | None = None  # the session's agent, when not the one the job was built for
     superseded: bool = False  # another compaction stored a summary since the pressure's measure
+    busy: bool = False  # failed waiting for the proxy's budget of whole answers (server_busy)
 
 
 CLAIM_PASSED = "the compaction's claim passed to another one before it started"
@@ -118,10 +119,10 @@ class Span:
         return int(tail[plan.end]["pos"] if plan.end < len(tail) else tail[plan.end - 1]["pos"] + 1)
 
     def unchanged(
-        self, reason: str, *, failed: bool = False, backoff: float | None = None
+        self, reason: str, *, failed: bool = False, backoff: float | None = None, busy: bool = False
     ) -> CompactionResult:
         return CompactionResult(
-            None, self.boundary, 0, self.before, self.before, reason, failed, backoff
+            None, self.boundary, 0, self.before, self.before, reason, failed, backoff, busy=busy
         )
 
 

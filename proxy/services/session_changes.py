@@ -34,6 +34,7 @@ from proxy.errors import (
     CompactionFailed,
     NotFound,
     PermissionDenied,
+    ServerBusy,
     SessionBusy,
 )
 from proxy.services.client_watch import OPERATION_WAITING, ClientWatch, pause, watching
@@ -292,7 +293,8 @@ async def compact_session(
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     if result.failed:  # a failure is not a success with compacted: false
-        raise CompactionFailed(f"the compaction failed: {result.reason}")
+        failure = ServerBusy if result.busy else CompactionFailed  # busy: a 503 to retry
+        raise failure(f"the compaction failed: {result.reason}")
     return {
         "id": session_id,
         "object": "session.compaction",

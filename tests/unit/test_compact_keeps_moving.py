@@ -66,3 +66,39 @@ async def test_a_compaction_whose_session_keeps_moving_is_a_409(
     assert body["error"]["code"] == "session_busy"
     assert body["error"]["type"] == "invalid_request_error"
     assert "try again" in body["error"]["message"]
+
+
+class _Deferred(_EverMoving):
+    """A summarizer whose summary waited out its deadline for the whole-answer budget."""
+
+    async def compact_now(self, job: CompactionJob, pause: Any = None) -> CompactionResult:
+        self.jobs.append(job)
+        return CompactionResult(None, 0, 0, 9, 9, "budget spent", failed=True, busy=True)
+
+
+async def test_a_compaction_deferred_by_the_answer_budget_is_a_503_to_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not the 502 ``summary_failed`` of a fast model that failed: the proxy was busy."""
+
+    async def session_row(conn: Any, tenant: str, session_id: str) -> dict[str, Any]:
+        return {"agent": "default", "model": "m"}
+
+    async def free(conn: Any, **kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(session_changes, "require_session", session_row)
+    monkeypatch.setattr(session_changes.sessions, "wait_turn", free)
+    with pytest.raises(ProxyError) as raised:
+        await session_changes.compact_session(
+            object(),
+            _Deferred(),  # type: ignore[arg-type]
+            parse_config({}),
+            SessionLocks(),
+            tenant="t",
+            session_id="s",
+            headers={},
+        )
+    status, body = exception_body(raised.value)
+    assert (status, body["error"]["code"]) == (503, "server_busy")
+    assert "budget spent" in body["error"]["message"]
