@@ -98,11 +98,21 @@ class AnswerBudget:
     async def room(self) -> None:
         """Return once the budget is not spent (at once when it is not): for a caller that
         can wait for a call the budget would refuse (a compaction's summary, which has no
-        client to retry it), rather than count the refusal as its call's failure."""
-        while self.busy():
-            if self._freed is None:
-                self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
-            await self._freed.wait()
+        client to retry it), rather than count the refusal as its call's failure. The event
+        waited on is made before the budget is looked at, under the lock ``give`` takes: a
+        collection while it is made may run a finalizer's ``give``, which frees the room and
+        finds no event to set, so a look before it would wait for a ``give`` that may never
+        come (no timeout bounds this wait, only its caller's)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            event = asyncio.Event()
+            with self._lock:
+                if not self.busy():
+                    return
+                if self._freed is None:
+                    self._freed, self._loop = event, loop
+                freed = self._freed
+            await freed.wait()
 
     async def take(self, size: int, holding: int = 0) -> None:
         """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503.
