@@ -89,8 +89,9 @@ _HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed"}  # told from a mis
 _DEPLOYMENTS = (
     "; of Azure's paths the proxy serves /openai/deployments/<deployment>/chat/completions, "
     "/openai/deployments/<deployment>/embeddings and /openai/models (give AzureOpenAI the "
-    "proxy's origin as its azure_endpoint); it serves no others, nor OpenAI's under /v1/"
-)
+    "proxy's origin as its azure_endpoint), and no others; under /v1/ it serves OpenAI's "
+    "chat completions, models and embeddings (the SDK's OpenAI client)"
+)  # not "nor OpenAI's under /v1/": an AzureOpenAI given the /v1 URL would read it as no chat
 
 
 _OPENAI_UNSERVED = re.compile(

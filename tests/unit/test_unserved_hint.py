@@ -1,0 +1,32 @@
+"""The words a 404 adds for a path of Azure's or of OpenAI's other APIs
+(``wiring._unserved_hint``) name what the proxy serves and nothing it does not: an
+``AzureOpenAI`` client given the proxy's ``/v1`` URL is not told that nothing is served
+under ``/v1/``, where its chat, models and embeddings are."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.wiring import _unserved_hint
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/deployments/gpt/chat/completions",  # AzureOpenAI(base_url=<proxy>/v1)
+        "/openai/deployments/dall-e/images/generations",
+        "/s/s1/openai/deployments/gpt/audio/speech",
+    ],
+)
+def test_an_azure_path_is_told_what_is_served_under_v1_too(path: str) -> None:
+    hint = _unserved_hint(path)
+    assert "/openai/deployments/<deployment>/embeddings and /openai/models" in hint
+    assert "nor OpenAI's under /v1/" not in hint
+    assert "under /v1/ it serves OpenAI's chat completions, models and embeddings" in hint
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/embeddings/", "/v1/models", "/s/s1/v1/embeddings", "/v1/chat/completion"]
+)
+def test_a_path_of_no_unserved_api_gets_no_list(path: str) -> None:
+    assert _unserved_hint(path) == ""
