@@ -224,10 +224,11 @@ class Upstream:
             headers.pop("content-type")
         if target.auth is not None and "authorization" not in headers:
             headers["authorization"] = target.auth
+        own = params is None  # the proxy's own call, whose path is a constant: its URL kept
         if provider.api_version is not None:  # the provider's own, not a client's
             kept = [p for p in (params or ()) if p[0] != API_VERSION]
             params = [*kept, (API_VERSION, provider.api_version)]
-        url = self._url(provider.base_url, target, path, cache=params is None)
+        url = self._url(provider.base_url, target, path, cache=own)
         if timer is not None and timer.traced:  # the call's trace context; none untraced
             headers.update(timer.trace_headers(url.host, url.port or _PORTS.get(url.scheme)))
         limits = (provider.connect_timeout_seconds, provider.timeout_seconds)
