@@ -41,10 +41,10 @@ from proxy.config_checks import (
     check_patterns,
     check_prefixes,
     check_urls,
-    config_warnings,
 )
 from proxy.config_context import Block, ContextConfig, unknown_key_hint
 from proxy.config_file import check_references, read_object
+from proxy.config_warnings import config_warnings
 from proxy.settings import describe_errors
 
 __all__ = [
@@ -83,7 +83,7 @@ class ProviderConfig(Block):
     """A provider. ``caFile`` is a PEM bundle trusted for this provider instead of the default
     CAs; ``verifyTls`` false skips certificate checks for it. ``apiVersion`` is sent as the
     ``api-version`` query parameter of every call to it (an Azure deployment URL's calls
-    each need one: ``config_checks.check_urls``), in place of one a client sent. ``name`` is
+    each need one: ``config_warnings``), in place of one a client sent. ``name`` is
     its key under ``providers`` (set by ``parse_config``, not a file key), for messages that
     name it."""
 
@@ -176,7 +176,7 @@ def _check_lookup_names(models: Iterable[str], agents: Iterable[str]) -> None:
     """An agent's or a model prefix's name is matched exactly against a request's ``model``:
     one with a space at an end (a template's, a paste's) matches none of the models it
     names, and was taken and never used, without a word (``Default`` is a name a model may
-    bear: warned of, ``config_checks.config_warnings``)."""
+    bear: warned of, ``config_warnings.config_warnings``)."""
     for block, names in (("models", models), ("agents", agents)):
         for name in names:
             _check_lookup_name(block, name)
