@@ -6,7 +6,7 @@ test's two replicas) report separately. Under several uvicorn workers, set
 then keeps every value in per-process files there, and ``/metrics`` on any worker reports the
 sum over all of them (``MultiProcessCollector``); a worker that stops removes its live gauges
 (``close``). What an earlier process left there is dealt with at start
-(:func:`drop_leftovers`): its live gauges go, its counts stay and are named in one warning.
+(``metrics_dir.drop_leftovers``): its live gauges go, its counts stay, named in one warning.
 
 No label carries a session id or a tenant: ``route`` is the route's template
 (``/s/{session_id}/v1/chat/completions``), never the path, and a request no route takes is
@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -45,23 +44,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.cascade.types import CONFIG_RELOADED
-from proxy.settings import SettingsError
+from proxy.metrics_dir import check_multiproc_dir, multiproc_dir
 
 __all__ = [
     "CONFIG_RESULTS",
     "CREATED_ENV",
     "Metrics",
     "MODEL_LABELS",
-    "MULTIPROC_ENV",
     "OTHER_MODEL",
     "RESULTS",
     "STAGES",
-    "drop_leftovers",
 ]
 
 log = logging.getLogger("cascade.metrics")
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CREATED_ENV = "PROMETHEUS_DISABLE_CREATED_SERIES"
 """prometheus-client's own switch for the ``*_created`` series; unset or empty, the proxy turns
 them off."""
@@ -91,61 +87,6 @@ OTHER_MODEL = "other"
 not a short printable token."""
 
 _MODEL_NAME = re.compile(r"[!-~]{1,128}")
-# prometheus-client's per-process file: "{type}[_{mode}]_{pid}.db"
-_PROCESS_FILE = re.compile(r"(?P<kind>.+)_(?P<pid>\d+)\.db")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's, or no pid at all: leave it
-        return True
-    return True
-
-
-def drop_leftovers(directory: str) -> None:
-    """Before this process makes a metric, clear what earlier processes left in
-    ``directory`` that would be wrong, and say what stays.
-
-    - A file bearing this process's pid is an earlier process's (a restarted container's
-      worker gets the pid the last run's had): prometheus-client would open it and go on from
-      its values, so it is removed.
-    - A live gauge (``cascade_inflight_requests``) of a pid no process has is a worker that
-      ended without ``close`` (killed), or a previous run's: it would count its requests in
-      flight for ever, so it is removed, as ``close`` would have.
-    - Counters and histograms of pids no process has stay: a worker that died during this
-      run still counted them. They may as well be a previous run's, added to this one's
-      totals, which no file tells apart: one warning says how many processes' figures are
-      summed in, and README says to empty the directory before each start.
-
-    Workers start together, so a file may go while another reads the directory: what is
-    already gone is passed over.
-    """
-    me = os.getpid()
-    gone: set[int] = set()
-    for path in Path(directory).iterdir():
-        found = _PROCESS_FILE.fullmatch(path.name)
-        if found is None:
-            continue
-        pid = int(found["pid"])
-        if pid != me and _running(pid):
-            continue
-        if pid == me or found["kind"].startswith("gauge_live"):
-            path.unlink(missing_ok=True)
-        else:
-            gone.add(pid)
-    if gone:
-        log.warning(
-            "%s: %s holds the figures of %d process%s no longer running (an earlier run's, or "
-            "workers that died): /metrics adds their counts to this run's; empty it before "
-            "each start",
-            MULTIPROC_ENV,
-            directory,
-            len(gone),
-            "" if len(gone) == 1 else "es",
-        )
 
 
 _DURATION = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -306,42 +247,16 @@ class Metrics:
 
     @classmethod
     def from_env(cls) -> Metrics:
-        """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (made when
-        missing: prometheus-client writes there from the first metric on); one it cannot use
-        is a :class:`SettingsError`."""
-        path = os.environ.get(MULTIPROC_ENV) or None
-        if path is not None:
-            try:  # a file there, or no permission: one line at start, not a traceback
-                os.makedirs(path, exist_ok=True)
-                if not os.access(path, os.W_OK | os.X_OK):
-                    raise PermissionError(13, "Permission denied")
-            except OSError as exc:
-                raise SettingsError(
-                    f"{MULTIPROC_ENV}: {path} is not a directory this process can write"
-                    f" ({exc.strerror or exc})"
-                ) from None
-            drop_leftovers(path)
-        return cls(multiprocess_dir=path)
+        """Multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` names a directory
+        (``metrics_dir.multiproc_dir``: made, checked and cleared of earlier processes'
+        leftovers); one it cannot use is a :class:`SettingsError`."""
+        return cls(multiprocess_dir=multiproc_dir())
 
     @staticmethod
     def check_env() -> None:
         """What :meth:`from_env` refuses, judged without making the directory or clearing
-        it (``config check``): one that is a file, lies below one, or cannot be written."""
-        path = os.environ.get(MULTIPROC_ENV) or None
-        if path is None:
-            return
-        near = Path(path).absolute()
-        while not near.exists():  # makedirs starts from the nearest existing ancestor
-            near = near.parent
-        why = None
-        if not near.is_dir():
-            why = "File exists" if str(near) == str(Path(path).absolute()) else "Not a directory"
-        elif not os.access(near, os.W_OK | os.X_OK):
-            why = "Permission denied"
-        if why:
-            raise SettingsError(
-                f"{MULTIPROC_ENV}: {path} is not a directory this process can write ({why})"
-            )
+        it (``config check``; ``metrics_dir.check_multiproc_dir``)."""
+        check_multiproc_dir()
 
     def render(self) -> bytes:
         """The exposition text: this app's registry, or in multiprocess mode every worker's
