@@ -1,9 +1,10 @@
 """The checks of a parsed config/agents.json that its pydantic schema cannot express, and
 the error every refusal of the file raises (``proxy.config`` loads the file and runs them).
 
-Each names the key at fault and never quotes a value: a refusal goes to the log and,
-without proxy keys, to every open event stream as ``config.rejected``. What a valid file
-asks for that will not happen is no refusal: ``proxy.config_warnings`` says it, for the log.
+Each names the key at fault and quotes no value (but a date, a baseUrl's ``api-version``,
+which holds no secret): a refusal goes to the log and, without proxy keys, to every open
+event stream as ``config.rejected``. What a valid file asks for that will not happen is no
+refusal: ``proxy.config_warnings`` says it, for the log.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import importlib
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import AfterValidator, BaseModel
 
@@ -164,6 +165,10 @@ def _shortest_match(source: str) -> int:
     return int(parser.parse(source).getwidth()[0])
 
 
+_API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(?:-[a-z]+)?")
+"""An Azure ``api-version`` (``2024-10-21``, ``2025-01-01-preview``)."""
+
+
 def check_urls(cfg: Config, *, from_env: bool) -> None:
     """Each provider's baseUrl is an http(s) URL with a host and, if given, a port 1-65535,
     and no query or fragment: else every request to it would be a 502 (or go elsewhere).
@@ -189,9 +194,12 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
             raise refused(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
         if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
             # the request's path (/chat/completions) is appended: it would land in them
+            version = dict(parse_qsl(u.query)).get("api-version", "")  # Azure's portal URL's
+            dated = _API_VERSION.fullmatch(version) and not env  # quoted: a date, no secret
+            fix = f'"apiVersion": "{version}"' if dated else "a key by apiKeyEnv"
             raise refused(
                 f"{where}: has a query string or fragment, which the request paths would"
-                " follow; give the URL up to its path, and a key by apiKeyEnv"
+                f" follow; give the URL up to its path, and {fix}"
             )
 
 

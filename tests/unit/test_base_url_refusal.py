@@ -83,3 +83,15 @@ def test_a_base_url_with_a_space_or_control_character_is_refused_at_load(
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env)
     assert str(refused.value).startswith(f"{where}: has a control character, or a space at an end")
+
+
+def test_an_azure_portal_url_with_its_api_version_is_told_to_set_api_version() -> None:
+    """A deployment URL copied whole from Azure's portal holds its ``?api-version=``: the
+    refusal names the ``apiVersion`` key that sends it on every call, where it named only
+    ``apiKeyEnv``, which has nothing to do with it."""
+    url = "https://r.openai.azure.com/openai/deployments/gpt4o?api-version=2024-10-21"
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"providers": {"az": {"baseUrl": url}}}, {})
+    assert str(refused.value).endswith(
+        'give the URL up to its path, and "apiVersion": "2024-10-21"'
+    )
