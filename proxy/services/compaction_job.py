@@ -317,7 +317,7 @@ async def _call(
         if busy:  # room first, then a pause: an answer refused on arrival was paid for
             tally.waiting = True
             await upstream.budget.room()
-            await asyncio.sleep(min(0.2 * (2 ** (busy - 1)), 2.0))
+            await asyncio.sleep(min(0.2 * 2 ** min(busy - 1, 4), 2.0))  # refusals: no bound
             tally.waiting = False
         tally.calls += 1
         attempt = tally.calls
