@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from proxy.api.chat import chat, chat_operation, model_path, passthrough
 from proxy.api.deps import ConfigDep, TenantDep, UpstreamDep, session_path_id
-from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY
+from proxy.api.openapi import BODY_ERRORS, EMBEDDINGS_BODY, error_response
 
 __all__ = ["OPENAPI_PATHS", "router", "routes"]
 
@@ -50,6 +50,16 @@ routes = [
 ]
 
 
+_API_VERSION: dict[str, Any] = {
+    "name": "api-version",
+    "in": "query",
+    "required": False,
+    "description": "Azure's API version; not forwarded (the rest of the query is).",
+    "schema": {"type": "string"},
+}
+"""The query parameter every Azure path takes and keeps back, in ``/openapi.json``."""
+
+
 def _operation(session: bool) -> dict[str, Any]:
     operation = copy.deepcopy(chat_operation(session))
     operation["operationId"] = "session_" * session + "deployment_chat_completions"
@@ -63,13 +73,7 @@ def _operation(session: bool) -> dict[str, Any]:
     operation["parameters"] = [
         *operation.get("parameters", []),
         {"name": "deployment", "in": "path", "required": True, "schema": {"type": "string"}},
-        {
-            "name": "api-version",
-            "in": "query",
-            "required": False,
-            "description": "Azure's API version; not forwarded (the rest of the query is).",
-            "schema": {"type": "string"},
-        },
+        _API_VERSION,
     ]
     return operation
 
@@ -85,7 +89,27 @@ router = APIRouter()
 _EMBEDDINGS = "/openai/deployments/{deployment}/embeddings"
 
 
-@router.post(_EMBEDDINGS, responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
+def _embeddings_body() -> dict[str, Any]:
+    """``/v1/embeddings``' body, but for its ``model``: the path's deployment is that, so a
+    body may leave it out (one it names is replaced), and the ``api-version``."""
+    extra = copy.deepcopy(EMBEDDINGS_BODY)
+    schema = extra["requestBody"]["content"]["application/json"]["schema"]
+    schema["required"] = [name for name in schema["required"] if name != "model"]
+    schema["properties"]["model"] = {
+        "type": "string",
+        "description": "Replaced by the path's deployment, which is the model.",
+    }
+    return {**extra, "parameters": [_API_VERSION]}
+
+
+_EMBEDDINGS_BODY = _embeddings_body()
+_MODELS_QUERY = {"parameters": [_API_VERSION]}
+_BAD_SESSION: dict[int | str, dict[str, Any]] = {
+    400: error_response("An invalid session id in X-Session-Id (`code` `invalid_session_id`).")
+}
+
+
+@router.post(_EMBEDDINGS, responses=BODY_ERRORS, openapi_extra=_EMBEDDINGS_BODY)
 async def deployment_embeddings(
     deployment: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
@@ -96,7 +120,7 @@ async def deployment_embeddings(
     )
 
 
-@router.post("/s/{session_id}" + _EMBEDDINGS, responses=BODY_ERRORS, openapi_extra=EMBEDDINGS_BODY)
+@router.post("/s/{session_id}" + _EMBEDDINGS, responses=BODY_ERRORS, openapi_extra=_EMBEDDINGS_BODY)
 async def session_deployment_embeddings(
     session_id: str,
     deployment: str,
@@ -117,7 +141,7 @@ async def session_deployment_embeddings(
     )
 
 
-@router.get("/openai/models")
+@router.get("/openai/models", responses=_BAD_SESSION, openapi_extra=_MODELS_QUERY)
 async def azure_models(
     request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
@@ -125,14 +149,14 @@ async def azure_models(
     return await passthrough(request, upstream, cfg, "/models", azure=True)
 
 
-@router.get("/s/{session_id}/openai/models")
+@router.get("/s/{session_id}/openai/models", openapi_extra=_MODELS_QUERY)
 async def session_azure_models(
     session_id: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
     return await passthrough(request, upstream, cfg, "/models", named=True, azure=True)
 
 
-@router.get("/openai/models/{model:model_id}")
+@router.get("/openai/models/{model:model_id}", openapi_extra=_MODELS_QUERY)
 async def azure_model(
     model: str, request: Request, upstream: UpstreamDep, cfg: ConfigDep, _: TenantDep
 ) -> Response:
@@ -140,7 +164,7 @@ async def azure_model(
     return await passthrough(request, upstream, cfg, model_path(model), azure=True)
 
 
-@router.get("/s/{session_id}/openai/models/{model:model_id}")
+@router.get("/s/{session_id}/openai/models/{model:model_id}", openapi_extra=_MODELS_QUERY)
 async def session_azure_model(
     session_id: str,
     model: str,

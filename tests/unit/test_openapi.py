@@ -318,3 +318,25 @@ def test_the_embeddings_routes_document_their_json_body(tmp_path: Path) -> None:
         kinds = [variant["type"] for variant in props["input"]["anyOf"]]
         assert kinds == ["string", "array", "array", "array"], path
     validate(doc)
+
+
+def test_the_azure_embeddings_and_models_routes_document_the_deployment_and_api_version(
+    tmp_path: Path,
+) -> None:
+    """On Azure's embeddings path the deployment is the model: a body may leave ``model``
+    out (the document required it, as ``/v1/embeddings``' does), and every Azure path takes
+    an ``api-version`` it keeps back, as the chat's documents."""
+    doc = _app(tmp_path).openapi()
+    embeddings = "/openai/deployments/{deployment}/embeddings"
+    for path in (embeddings, "/s/{session_id}" + embeddings):
+        operation = doc["paths"][path]["post"]
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert body["required"] == ["input"], path
+        assert "deployment" in body["properties"]["model"]["description"], path
+        assert "api-version" in [p["name"] for p in operation["parameters"]], path
+    plain = doc["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]
+    assert plain["schema"]["required"] == ["model", "input"]  # the copy left it as it was
+    for path in ("/openai/models", "/openai/models/{model}", "/s/{session_id}/openai/models"):
+        names = [p["name"] for p in doc["paths"][path]["get"]["parameters"]]
+        assert "api-version" in names, path
+    validate(doc)
