@@ -98,21 +98,25 @@ class AnswerBudget:
     async def room(self) -> None:
         """Return once the budget is not spent (at once when it is not): for a caller that
         can wait for a call the budget would refuse (a compaction's summary, which has no
-        client to retry it), rather than count the refusal as its call's failure. The event
-        waited on is made before the budget is looked at, under the lock ``give`` takes: a
-        collection while it is made may run a finalizer's ``give``, which frees the room and
-        finds no event to set, so a look before it would wait for a ``give`` that may never
-        come (no timeout bounds this wait, only its caller's)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            event = asyncio.Event()
-            with self._lock:
-                if not self.busy():
-                    return
-                if self._freed is None:
-                    self._freed, self._loop = event, loop
-                freed = self._freed
+        client to retry it), rather than count the refusal as its call's failure. No timeout
+        bounds this wait, only its caller's: no wake-up may be lost (``_waiter``)."""
+        while (freed := self._waiter(0)) is not None:
             await freed.wait()
+
+    def _waiter(self, size: int) -> asyncio.Event | None:
+        """The event ``give`` sets, to wait on while ``size`` more bytes find no room (the
+        budget spent, for ``size`` 0); None once they do. It is made before the budget is
+        looked at, which is under the lock ``give`` takes: a collection set off while it is
+        made may run a finalizer's ``give`` (``Lease.tie``), which frees room and finds no
+        event to set, so a look before it would wait for a ``give`` that may never come."""
+        event = asyncio.Event()
+        with self._lock:
+            room = not self.busy() if size == 0 else self.held + size <= self.limit
+            if self.limit <= 0 or room:
+                return None
+            if self._freed is None:
+                self._freed, self._loop = event, asyncio.get_running_loop()
+            return self._freed
 
     async def take(self, size: int, holding: int = 0) -> None:
         """Take ``size`` bytes, waiting up to ``WAIT_SECONDS`` for room; then the 503.
@@ -138,11 +142,11 @@ class AnswerBudget:
                     f"{self.limit} bytes) stayed spent for {WAIT_SECONDS:g} s while this "
                     "answer arrived; it was closed unread: retry shortly, or stream"
                 )
-            if self._freed is None:
-                self._freed, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            if (freed := self._waiter(size)) is None:
+                continue  # room came while the wait was set up
             self._stuck += holding
             try:
-                await asyncio.wait_for(self._freed.wait(), left)
+                await asyncio.wait_for(freed.wait(), left)
             except TimeoutError:
                 continue
             finally:

@@ -37,3 +37,20 @@ async def test_room_waits_for_a_give_and_then_returns() -> None:
     assert not waiting.done()
     budget.give(1)
     await asyncio.wait_for(waiting, 1.0)
+
+
+async def test_an_answer_takes_the_room_a_give_made_while_its_wait_was_set_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``take`` alike: it waited out its ``WAIT_SECONDS`` (5 s) with the room free."""
+    budget = AnswerBudget(100)
+    budget.held = 100
+    made = asyncio.Event
+
+    def event_made_in_a_collection() -> asyncio.Event:
+        budget.give(100)
+        return made()
+
+    monkeypatch.setattr(answer_budget.asyncio, "Event", event_made_in_a_collection)
+    await asyncio.wait_for(budget.take(60), 1.0)
+    assert budget.held == 60
