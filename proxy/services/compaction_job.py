@@ -219,7 +219,7 @@ async def summarise(
         if tally.waiting:
             raise SummaryDeferred(
                 "the proxy's budget of whole answers (CASCADE_MAX_HELD_ANSWER_BYTES) stayed "
-                f"spent through {within}; the span is folded by a later compaction",
+                f"spent through {within}; nothing was folded",
                 tally.calls,
             ) from None
         raise SummaryCallError(f"no usable briefing within {within}", tally.calls) from None

@@ -293,8 +293,9 @@ async def compact_session(
     if result is None:
         raise NotFound(f"no session {session_id!r} (for this API key)")
     if result.failed:  # a failure is not a success with compacted: false
-        failure = ServerBusy if result.busy else CompactionFailed  # busy: a 503 to retry
-        raise failure(f"the compaction failed: {result.reason}")
+        if result.busy:  # a 503 to retry: no fast model failed, and no later one is sure
+            raise ServerBusy(f"the compaction was put off: {result.reason}; retry it shortly")
+        raise CompactionFailed(f"the compaction failed: {result.reason}")
     return {
         "id": session_id,
         "object": "session.compaction",

@@ -102,3 +102,7 @@ async def test_a_compaction_deferred_by_the_answer_budget_is_a_503_to_retry(
     status, body = exception_body(raised.value)
     assert (status, body["error"]["code"]) == (503, "server_busy")
     assert "budget spent" in body["error"]["message"]
+    # the caller asked for this one: told to retry it, not that it failed or that a later
+    # compaction (which nothing may start) folds the span
+    assert body["error"]["message"].endswith("; retry it shortly")
+    assert "failed" not in body["error"]["message"]
