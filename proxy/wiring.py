@@ -105,10 +105,18 @@ _SERVED = (
 )
 
 
+_SESSION_ROOT = re.compile(r"^/s/[^/]+(?=/)")  # a session named by the path: its id is any name
+_OWN_API = re.compile(r"/v1/(?:sessions|memory)(?:/|$)")  # the proxy's own, no SDK's
+
+
 def _unserved_hint(path: str) -> str:
     """What a 404's message adds for a path of Azure's (where the SDK's AzureOpenAI puts its
-    calls) or of OpenAI's other APIs: the paths the proxy serves instead."""
-    if "/deployments/" in path or _AZURE_ROOT.match(path):
+    calls) or of OpenAI's other APIs: the paths the proxy serves instead. A ``deployments``
+    that is an id (a session's, under ``/s/`` or the session API) is no Azure path's."""
+    rest = _SESSION_ROOT.sub("", path, count=1)
+    if _OWN_API.match(rest):
+        return ""
+    if "/deployments/" in rest or _AZURE_ROOT.match(path):
         return _DEPLOYMENTS
     return _SERVED if _OPENAI_UNSERVED.match(path) else ""
 

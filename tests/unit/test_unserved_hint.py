@@ -30,3 +30,19 @@ def test_an_azure_path_is_told_what_is_served_under_v1_too(path: str) -> None:
 )
 def test_a_path_of_no_unserved_api_gets_no_list(path: str) -> None:
     assert _unserved_hint(path) == ""
+
+
+@pytest.mark.parametrize(
+    ("path", "hint"),
+    [
+        ("/s/deployments/v1/responses", "of OpenAI's APIs the proxy serves chat completions"),
+        ("/s/deployments/v1/nope", ""),
+        ("/v1/sessions/deployments/x/nope", ""),
+        ("/s/deployments/openai/deployments/d/images/generations", "of Azure's paths"),
+    ],
+)
+def test_a_session_named_deployments_is_no_azure_path(path: str, hint: str) -> None:
+    """A session id is any name: ``deployments`` in its place (``/s/deployments/``, the
+    session API's ``/v1/sessions/deployments/``) made every 404 there name Azure's paths."""
+    said = _unserved_hint(path)
+    assert said.startswith(f"; {hint}") if hint else said == ""
