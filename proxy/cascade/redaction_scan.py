@@ -15,7 +15,11 @@ gives up past its limit).
 Why one automaton: a ``str.find`` pass per literal reads the text once per literal (there
 are a few dozen), and a combined ``re`` alternation is slower still; the automaton reads it
 once. :func:`candidates` then walks only the literals found, usually one or two, rather
-than every plan's.
+than every plan's. The automaton's packed (SIMD) search holds at most :data:`MAX_KEYS`
+strings, and past that reads every text several times slower, so it looks for *keys*, not
+literals: literals that share a prefix of at least three characters (``sk_live_`` and
+``sk_test_``) share one key (``sk_``), and each key's hits are checked for its literals. Any
+number of patterns and literals thus costs one packed pass.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, pairwise
+from os.path import commonprefix
 from typing import Any
 
 import ahocorasick_rs
@@ -32,6 +37,7 @@ import ahocorasick_rs
 from proxy.cascade.literals import start_literals
 
 __all__ = [
+    "MAX_KEYS",
     "Plan",
     "Scanner",
     "candidates",
@@ -45,6 +51,8 @@ __all__ = [
 
 _DENSITY = 32  # past one candidate per this many characters, one subn scan is cheaper
 _MAX_SCANNERS = 1024
+MAX_KEYS = 64  # the most strings the automaton's packed search holds
+_SHORTEST_KEY = 3  # a key shorter than this one would hit every few words of prose
 
 # Characters ``re`` matches to an ASCII letter ignoring case that ``str.lower`` does not lower
 # to it (U+0130 even lowers to two characters, which would shift every later position).
@@ -100,14 +108,18 @@ class Scanner:
     The automaton reports leftmost-first matches, which do not overlap: that search skips
     ahead to the bytes a literal can begin with, which an overlapping search cannot, and so
     reads large texts about twice as fast. Every start it cannot report lies inside a
-    reported match, so ``inner`` lists, per literal, each
-    (offset, literal) that can begin inside it, and :meth:`find` checks those few places.
+    reported match, so ``inner`` lists, per key, each (offset, key) that can begin inside it,
+    and :meth:`find` checks those few places. A key found is then checked for each of its
+    literals (``under``): the key itself, or the longer literals it stands for.
     """
 
     plans: tuple[Plan, ...]
     literals: tuple[str, ...]
-    ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the lowercased bytes of a text
-    inner: tuple[tuple[tuple[int, str, bytes], ...], ...]  # per literal: (offset, other, bytes)
+    keys: tuple[str, ...]  # what the automaton looks for: one prefix of each literal
+    ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the keys, in the lowercased bytes
+    inner: tuple[tuple[tuple[int, int, bytes], ...], ...]  # per key: (offset, other, bytes)
+    under: tuple[tuple[tuple[str, bytes], ...], ...]  # per key: its literals (and bytes)
+    solo: tuple[str | None, ...]  # per key: the key, when it is its only literal
     anchored: bool  # every pattern has start literals: a text without any has no match
     users: Mapping[str, tuple[int, ...]]  # each literal -> the patterns (indexes) it starts
 
@@ -136,6 +148,7 @@ class Scanner:
             data, wide = text.encode("utf-8", "surrogatepass").lower(), True
         matches = self.ascii.find_matches_as_indexes(data)
         found: dict[str, list[int]] = {}
+        solo, inner = self.solo, self.inner
         byte = char = 0  # the last hit's byte offset and character position
         for index, start, _ in matches:
             if wide:  # a literal begins with an ASCII byte, so the slice is whole characters
@@ -143,23 +156,54 @@ class Scanner:
                 byte = start
             else:
                 char = start
-            found.setdefault(self.literals[index], []).append(char)
-            for entry in self.inner[index]:  # ASCII literals: byte offsets are characters
-                if data.startswith(entry[2], start + entry[0]):
-                    found.setdefault(entry[1], []).append(char + entry[0])
+            literal = solo[index]
+            if literal is not None:
+                found.setdefault(literal, []).append(char)
+            else:
+                self._record(found, data, index, start, char)
+            for offset, other, key in inner[index]:  # ASCII keys: bytes are characters
+                if data.startswith(key, start + offset):
+                    literal = solo[other]
+                    if literal is not None:
+                        found.setdefault(literal, []).append(char + offset)
+                    else:
+                        self._record(found, data, other, start + offset, char + offset)
         return found
 
+    def _record(
+        self, found: dict[str, list[int]], data: bytes, key: int, byte: int, char: int
+    ) -> None:
+        for literal, spelled in self.under[key]:
+            if not spelled or data.startswith(spelled, byte):
+                found.setdefault(literal, []).append(char)
 
-def _inner(literals: Sequence[str]) -> tuple[tuple[tuple[int, str, bytes], ...], ...]:
+
+def keys_for(literals: Sequence[str], most: int = MAX_KEYS) -> tuple[str, ...]:
+    """Prefixes one of which begins each of ``literals``: the literals themselves while at
+    most ``most`` remain, else those sharing the longest prefix (of at least
+    :data:`_SHORTEST_KEY` characters) merged into it until ``most`` remain (or no two share
+    that much: then more, and the search is slower, never wrong). Each literal is looked for
+    under the longest key it begins with."""
+    keys = set(literals)
+    while len(keys) > most:
+        ordered = sorted(keys)
+        shared = max((commonprefix(pair) for pair in pairwise(ordered)), key=len)
+        if len(shared) < _SHORTEST_KEY:
+            break
+        keys = {k for k in keys if not k.startswith(shared)} | {shared}
+    return tuple(sorted(keys))
+
+
+def _inner(literals: Sequence[str]) -> tuple[tuple[tuple[int, int, bytes], ...], ...]:
     """For each literal ``a``: every (offset, ``b``) where an occurrence of ``b`` can begin at
     that offset inside an occurrence of ``a`` (``b`` and the rest of ``a`` agree as far as
     both go), in offset order. ``b`` may be ``a`` itself at a later offset (``aa`` in
     ``aaa``), never at offset 0."""
     return tuple(
         tuple(
-            (offset, b, b.encode())
+            (offset, index, b.encode())
             for offset in range(len(a))
-            for b in literals
+            for index, b in enumerate(literals)
             if (offset or b != a) and (a[offset:].startswith(b) or b.startswith(a[offset:]))
         )
         for a in literals
@@ -178,14 +222,23 @@ def scanner_for(patterns: Sequence[re.Pattern[str]]) -> Scanner:
         return entry[1]
     plans = tuple(plan_of(p) for p in patterns)
     literals = tuple(sorted({s.lower() for plan in plans for s in plan.starts}))
+    keys = keys_for(literals)
+    owner = {lit: max((k for k in keys if lit.startswith(k)), key=len) for lit in literals}
+    under = tuple(
+        tuple((lit, b"" if lit == key else lit.encode()) for lit in literals if owner[lit] == key)
+        for key in keys
+    )
     first = ahocorasick_rs.MatchKind.LeftmostFirst
     scanner = Scanner(
         plans,
         literals,
-        ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals], matchkind=first)
-        if literals
+        keys,
+        ahocorasick_rs.BytesAhoCorasick([k.encode() for k in keys], matchkind=first)
+        if keys
         else None,
-        _inner(literals),
+        _inner(keys),
+        under,
+        tuple(key if under[i] == ((key, b""),) else None for i, key in enumerate(keys)),
         bool(literals) and all(plan.starts for plan in plans),
         {lit: tuple(i for i, plan in enumerate(plans) if lit in plan.keys) for lit in literals},
     )

@@ -340,7 +340,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # AWS secret access key assignments (40 base64 chars) keeping the key name, or its value
     # after a blank (``aws configure set aws_secret_access_key …``, ``… Key [None]: …``). It
     # begins at the keyed pass's literal ``secret``, ``aws`` read behind: its ``[ _-_]`` (a
-    # range) stops the scanner spelling out more of the 64 literals it reads fastest.
+    # range) stops the scanner spelling out more literals, each one more for it to look for.
     r"(?i)(?:(?<=aws)|(?<=aws[_ ]))secret[ _-_]?access[ _-_]?key(?: \[[^\]\n]{0,64}+\])?(?:"
     + _assigned(5)
     + "|"

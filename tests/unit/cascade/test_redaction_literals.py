@@ -11,7 +11,14 @@ from hypothesis import given, settings, strategies as st
 
 from bench.redaction_speed import before
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
-from proxy.cascade.redaction_scan import candidates, fold, plan_of, scanner_for
+from proxy.cascade.redaction_scan import (
+    MAX_KEYS,
+    candidates,
+    fold,
+    keys_for,
+    plan_of,
+    scanner_for,
+)
 
 PATTERNS = compile_patterns(())
 _reference_redact = before  # the plain loop: every pattern's subn, in order
@@ -69,14 +76,13 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ":\\\\/": None,
         ":\\\\\\": None,
     }
-    # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
+    # One automaton holds them all, lowercased: the literals read in one pass, not one each.
     scanner = scanner_for(PATTERNS)
-    # At most 64: past that the automaton gives up its packed (SIMD) search and reads a text
-    # several times slower (docs/perf.md); a new pattern shares a literal or frees one.
-    assert len(scanner.literals) <= 64, "past 64 literals every text scans ~6x slower"
-    # README Decisions says which it holds and why: a change to the set is measured.
-    assert len(scanner.literals) == 64
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
+    # It looks for at most 64 keys: past that it gives up its packed (SIMD) search and reads
+    # a text several times slower (docs/perf.md); literals sharing a prefix share a key.
+    assert len(scanner.keys) <= MAX_KEYS == 64
+    assert all(any(lit.startswith(key) for key in scanner.keys) for lit in scanner.literals)
     text = "x AKIA akia ghp_ ghx_ Token"
     found = scanner.find(text)
     assert found["akia"] == [2, 7] and found["ghp_"] == [12] and found["token"] == [22]
@@ -189,6 +195,35 @@ def test_find_reports_a_literal_overlapping_itself(text: str) -> None:
     scanner = scanner_for(pats)
     assert scanner.find(text) == _every_start(scanner, text)
     assert redact(text, pats) == _reference_redact(text, pats)
+
+
+# Many more literals than the automaton's packed search holds: configured patterns that
+# begin with one of 150 distinct words, sharing prefixes in groups, and the defaults'.
+_MANY = compile_patterns(
+    [rf"(?i)kw{i:03d}x=\w+" for i in range(100)] + [rf"Tag{i:02d}:\d+" for i in range(50)]
+)
+_MANY_PIECES = st.sampled_from(
+    ["kw0", "KW01", "07x=", "kw099x=z9", "Tag3", "tag31:7", "Tag49:1", "token=q1", "sk-", "x", " "]
+)
+
+
+def test_past_64_literals_the_automaton_still_holds_at_most_64_keys() -> None:
+    scanner = scanner_for(_MANY)
+    assert len(scanner.literals) > 200
+    assert len(scanner.keys) <= MAX_KEYS
+    assert all(len(key) >= 3 for key in scanner.keys)
+    # The literals themselves while they fit; merged into the longest shared prefix past it.
+    assert keys_for(["abcd", "abce", "xyz"], most=3) == ("abcd", "abce", "xyz")
+    assert keys_for(["abcd", "abce", "xyz"], most=2) == ("abc", "xyz")
+    assert keys_for(["abcd", "abc"], most=9) == ("abc", "abcd")
+
+
+@given(st.lists(_MANY_PIECES, max_size=30).map("".join))
+@settings(max_examples=200, deadline=None)
+def test_literals_sharing_a_key_are_each_found_where_they_begin(text: str) -> None:
+    scanner = scanner_for(_MANY)
+    assert scanner.find(text) == _every_start(scanner, text)
+    assert redact(text, _MANY) == _reference_redact(text, _MANY)
 
 
 def test_case_sensitive_starts_that_lowercase_alike_keep_only_exact_hits() -> None:
