@@ -15,11 +15,12 @@ gives up past its limit).
 Why one automaton: a ``str.find`` pass per literal reads the text once per literal (there
 are a few dozen), and a combined ``re`` alternation is slower still; the automaton reads it
 once. :func:`candidates` then walks only the literals found, usually one or two, rather
-than every plan's. The automaton's packed (SIMD) search holds at most :data:`MAX_KEYS`
-strings, and past that reads every text several times slower, so it looks for *keys*, not
-literals: literals that share a prefix of at least three characters (``sk_live_`` and
-``sk_test_``) share one key (``sk_``), and each key's hits are checked for its literals. Any
-number of patterns and literals thus costs one packed pass.
+than every plan's. The automaton's packed (SIMD) search holds at most :data:`MAX_LITERALS`
+strings, and past that reads every text several times slower, so the literals go into as
+many automata of at most that many as they need, in the order their patterns come: the
+built-in patterns' literals fill the first (their set, not only its size, sets its speed),
+and literals of later patterns (new rules, configured ones) cost one more small pass rather
+than a slower first one.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, pairwise
-from os.path import commonprefix
+from itertools import accumulate
 from typing import Any
 
 import ahocorasick_rs
@@ -37,7 +37,7 @@ import ahocorasick_rs
 from proxy.cascade.literals import start_literals
 
 __all__ = [
-    "MAX_KEYS",
+    "MAX_LITERALS",
     "Plan",
     "Scanner",
     "candidates",
@@ -51,8 +51,7 @@ __all__ = [
 
 _DENSITY = 32  # past one candidate per this many characters, one subn scan is cheaper
 _MAX_SCANNERS = 1024
-MAX_KEYS = 64  # the most strings the automaton's packed search holds
-_SHORTEST_KEY = 3  # a key shorter than this one would hit every few words of prose
+MAX_LITERALS = 64  # the most strings an automaton's packed search holds
 
 # Characters ``re`` matches to an ASCII letter ignoring case that ``str.lower`` does not lower
 # to it (U+0130 even lowers to two characters, which would shift every later position).
@@ -101,25 +100,29 @@ def fold(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Scanner:
-    """One sequence of patterns: their plans, and one automaton over all their start literals
-    (lowercased, so it runs over the folded text: a superset of every exact-case hit).
+class Automaton:
+    """At most :data:`MAX_LITERALS` literals (lowercased) and their leftmost-first search."""
 
-    The automaton reports leftmost-first matches, which do not overlap: that search skips
+    literals: tuple[str, ...]
+    search: Any  # ahocorasick_rs.BytesAhoCorasick over the literals, in lowercased bytes
+    inner: tuple[tuple[tuple[int, str, bytes], ...], ...]  # per literal: (offset, other, bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Scanner:
+    """One sequence of patterns: their plans, and automata over all their start literals
+    (lowercased, so they run over the folded text: a superset of every exact-case hit).
+
+    Each automaton reports leftmost-first matches, which do not overlap: that search skips
     ahead to the bytes a literal can begin with, which an overlapping search cannot, and so
     reads large texts about twice as fast. Every start it cannot report lies inside a
-    reported match, so ``inner`` lists, per key, each (offset, key) that can begin inside it,
-    and :meth:`find` checks those few places. A key found is then checked for each of its
-    literals (``under``): the key itself, or the longer literals it stands for.
+    reported match, so ``inner`` lists, per literal, each (offset, literal) of the same
+    automaton that can begin inside it, and :meth:`find` checks those few places.
     """
 
     plans: tuple[Plan, ...]
-    literals: tuple[str, ...]
-    keys: tuple[str, ...]  # what the automaton looks for: one prefix of each literal
-    ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the keys, in the lowercased bytes
-    inner: tuple[tuple[tuple[int, int, bytes], ...], ...]  # per key: (offset, other, bytes)
-    under: tuple[tuple[tuple[str, bytes], ...], ...]  # per key: its literals (and bytes)
-    solo: tuple[str | None, ...]  # per key: the key, when it is its only literal
+    literals: tuple[str, ...]  # in the order their patterns come
+    automata: tuple[Automaton, ...]  # those literals, MAX_LITERALS at a time
     anchored: bool  # every pattern has start literals: a text without any has no match
     users: Mapping[str, tuple[int, ...]]  # each literal -> the patterns (indexes) it starts
 
@@ -133,7 +136,7 @@ class Scanner:
     def find(self, text: str) -> dict[str, list[int]]:
         """Ascending positions where each literal begins in ``fold(text)``, overlaps too.
 
-        The automaton reads bytes lowercased by ``bytes.lower`` (ASCII letters only): the
+        The automata read bytes lowercased by ``bytes.lower`` (ASCII letters only): the
         text's ASCII encoding, or else its UTF-8 encoding, whose byte offsets are turned into
         character positions at each hit (lone surrogates pass through). Either is a copy or
         two in C, where ``str.lower`` of non-ASCII text costs several times as much. Only a
@@ -146,68 +149,43 @@ class Scanner:
             if any(ch in text for ch in _TWINS):
                 text = fold(text)
             data, wide = text.encode("utf-8", "surrogatepass").lower(), True
-        matches = self.ascii.find_matches_as_indexes(data)
         found: dict[str, list[int]] = {}
-        solo, inner = self.solo, self.inner
-        byte = char = 0  # the last hit's byte offset and character position
-        for index, start, _ in matches:
-            if wide:  # a literal begins with an ASCII byte, so the slice is whole characters
-                char += len(data[byte:start].decode("utf-8", "surrogatepass"))
-                byte = start
-            else:
-                char = start
-            literal = solo[index]
-            if literal is not None:
-                found.setdefault(literal, []).append(char)
-            else:
-                self._record(found, data, index, start, char)
-            for offset, other, key in inner[index]:  # ASCII keys: bytes are characters
-                if data.startswith(key, start + offset):
-                    literal = solo[other]
-                    if literal is not None:
-                        found.setdefault(literal, []).append(char + offset)
-                    else:
-                        self._record(found, data, other, start + offset, char + offset)
+        for automaton in self.automata:
+            literals, inner = automaton.literals, automaton.inner
+            byte = char = 0  # the last hit's byte offset and character position
+            for index, start, _ in automaton.search.find_matches_as_indexes(data):
+                if wide:  # a literal begins with an ASCII byte: the slice is whole characters
+                    char += len(data[byte:start].decode("utf-8", "surrogatepass"))
+                    byte = start
+                else:
+                    char = start
+                found.setdefault(literals[index], []).append(char)
+                for entry in inner[index]:  # ASCII literals: byte offsets are characters
+                    if data.startswith(entry[2], start + entry[0]):
+                        found.setdefault(entry[1], []).append(char + entry[0])
         return found
 
-    def _record(
-        self, found: dict[str, list[int]], data: bytes, key: int, byte: int, char: int
-    ) -> None:
-        for literal, spelled in self.under[key]:
-            if not spelled or data.startswith(spelled, byte):
-                found.setdefault(literal, []).append(char)
 
-
-def keys_for(literals: Sequence[str], most: int = MAX_KEYS) -> tuple[str, ...]:
-    """Prefixes one of which begins each of ``literals``: the literals themselves while at
-    most ``most`` remain, else those sharing the longest prefix (of at least
-    :data:`_SHORTEST_KEY` characters) merged into it until ``most`` remain (or no two share
-    that much: then more, and the search is slower, never wrong). Each literal is looked for
-    under the longest key it begins with."""
-    keys = set(literals)
-    while len(keys) > most:
-        ordered = sorted(keys)
-        shared = max((commonprefix(pair) for pair in pairwise(ordered)), key=len)
-        if len(shared) < _SHORTEST_KEY:
-            break
-        keys = {k for k in keys if not k.startswith(shared)} | {shared}
-    return tuple(sorted(keys))
-
-
-def _inner(literals: Sequence[str]) -> tuple[tuple[tuple[int, int, bytes], ...], ...]:
+def _inner(literals: Sequence[str]) -> tuple[tuple[tuple[int, str, bytes], ...], ...]:
     """For each literal ``a``: every (offset, ``b``) where an occurrence of ``b`` can begin at
     that offset inside an occurrence of ``a`` (``b`` and the rest of ``a`` agree as far as
     both go), in offset order. ``b`` may be ``a`` itself at a later offset (``aa`` in
     ``aaa``), never at offset 0."""
     return tuple(
         tuple(
-            (offset, index, b.encode())
+            (offset, b, b.encode())
             for offset in range(len(a))
-            for index, b in enumerate(literals)
+            for b in literals
             if (offset or b != a) and (a[offset:].startswith(b) or b.startswith(a[offset:]))
         )
         for a in literals
     )
+
+
+def _automaton(literals: tuple[str, ...]) -> Automaton:
+    first = ahocorasick_rs.MatchKind.LeftmostFirst
+    search = ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals], matchkind=first)
+    return Automaton(literals, search, _inner(literals))
 
 
 _SCANNERS: dict[int, tuple[Sequence[re.Pattern[str]], Scanner]] = {}
@@ -221,24 +199,15 @@ def scanner_for(patterns: Sequence[re.Pattern[str]]) -> Scanner:
     if entry is not None and entry[0] is patterns:
         return entry[1]
     plans = tuple(plan_of(p) for p in patterns)
-    literals = tuple(sorted({s.lower() for plan in plans for s in plan.starts}))
-    keys = keys_for(literals)
-    owner = {lit: max((k for k in keys if lit.startswith(k)), key=len) for lit in literals}
-    under = tuple(
-        tuple((lit, b"" if lit == key else lit.encode()) for lit in literals if owner[lit] == key)
-        for key in keys
-    )
-    first = ahocorasick_rs.MatchKind.LeftmostFirst
+    # In the order the patterns come, each literal once.
+    literals = tuple(dict.fromkeys(s.lower() for plan in plans for s in sorted(plan.starts)))
     scanner = Scanner(
         plans,
         literals,
-        keys,
-        ahocorasick_rs.BytesAhoCorasick([k.encode() for k in keys], matchkind=first)
-        if keys
-        else None,
-        _inner(keys),
-        under,
-        tuple(key if under[i] == ((key, b""),) else None for i, key in enumerate(keys)),
+        tuple(
+            _automaton(tuple(sorted(literals[at : at + MAX_LITERALS])))
+            for at in range(0, len(literals), MAX_LITERALS)
+        ),
         bool(literals) and all(plan.starts for plan in plans),
         {lit: tuple(i for i, plan in enumerate(plans) if lit in plan.keys) for lit in literals},
     )

@@ -37,6 +37,7 @@ from proxy.cascade.secret_code import (
     RUST_REFERENCE,
     TYPE_END,
 )
+from proxy.cascade.secret_commands import ENCODED_VALUE, IN_SYNTAX
 from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
@@ -363,7 +364,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     _SIBLING,
     _SIBLING_AFTER,
     _IN_COMMENT,
-    # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
+    # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``, ``token%3D…``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
     # the value between them is redacted, never the backslash alone, which would let the
@@ -374,6 +375,21 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + KEY_COLUMN
     + _SECRET_KEY
     + ANNOTATION
+    + "(?:"
+    + ENCODED_VALUE
+    + "|"
+    + _assigned(3, _KEY_QUOTE)
+    + _AS_QUOTED
+    + _secret_value(KEYED_BLOCK)
+    + ")",
+    # Credentials in a command's, a file's or a header's syntax (``secret_commands``), and
+    # a password keyed by a bare ``pass`` after another word (``DB_PASS=…``, never
+    # ``bypass``, ``pass:``). Last, so their literals go to the scanner's second automaton and
+    # the first keeps its set (``redaction_scan``).
+    *IN_SYNTAX,
+    r"(?i)(?<=[a-z0-9][_.\-])(?=pass(?![a-z0-9]))"
+    + KEY_COLUMN
+    + r"pass"
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),

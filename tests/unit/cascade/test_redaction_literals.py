@@ -12,15 +12,15 @@ from hypothesis import given, settings, strategies as st
 from bench.redaction_speed import before
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 from proxy.cascade.redaction_scan import (
-    MAX_KEYS,
+    MAX_LITERALS,
     candidates,
     fold,
-    keys_for,
     plan_of,
     scanner_for,
 )
 
 PATTERNS = compile_patterns(())
+KEYED = 25  # the keyed pass: ``password=…``
 _reference_redact = before  # the plain loop: every pattern's subn, in order
 
 
@@ -46,29 +46,45 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("eyJ",),
         # a URL path's secret (Telegram, Slack, Discord): from its host's domain
         ("discord.com", "discordapp.com", "slack.com", "telegram.org"),
-        # a URL's password, its slashes bare or escaped once or more (never ``C:\\\\Users``)
+        # a URL's password, or a token as its user, its slashes bare or escaped once or more
+        # (never ``C:\\\\Users``)
+        ("://", ":\\/\\/", ":\\\\/", ":\\\\\\"),
         ("://", ":\\/\\/", ":\\\\/", ":\\\\\\"),
         ("bearer\t", "bearer "),
-        starts[19],
+        starts[20],
         ("authorization",),
         # a secret keyed by its sibling, its key also in words (``"label": "API Key"``; the
         # keyed pass's ``secret`` begins ``secret key``)
         tuple(
             sorted(
-                {*starts[-1], "authorization", "access key", "api key", "auth key", "private key"}
+                {
+                    *starts[KEYED],
+                    "authorization",
+                    "access key",
+                    "api key",
+                    "auth key",
+                    "private key",
+                }
             )
         ),
         # the same pair, its value first (``{"value": …, "name": "DB_PASSWORD"}``)
         ("value",),
         # a key and value in a block indicator's comment, from the block's key
-        starts[-1],
-        starts[-1],
+        starts[KEYED],
+        starts[KEYED],
+        # curl's basic auth, an .npmrc's _auth, a cookie header, an Azure account key
+        ("--user\t", "--user ", "--user=", "-u\t", "-u ", '-u"', "-u'"),
+        ("_auth",),
+        ("cookie",),
+        ("accountkey=",),
+        # a bare ``pass`` after another word (``DB_PASS``)
+        ("pass",),
     ]
-    assert starts[19] == ("secret",)  # its ``aws`` read behind: the keyed pass's literal
+    assert starts[20] == ("secret",)  # its ``aws`` read behind: the keyed pass's literal
     assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
-        starts[-1]
+        starts[KEYED]
     )
-    assert [plan_of(p).folded for p in PATTERNS].count(True) == 8
+    assert [plan_of(p).folded for p in PATTERNS].count(True) == 11
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
     assert plan_of(PATTERNS[17]).keys == {
         "://": None,
@@ -76,18 +92,32 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ":\\\\/": None,
         ":\\\\\\": None,
     }
-    # One automaton holds them all, lowercased: the literals read in one pass, not one each.
+    # The built-in patterns' literals, lowercased, in automata read in one pass each.
     scanner = scanner_for(PATTERNS)
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
-    # It looks for at most 64 keys: past that it gives up its packed (SIMD) search and reads
-    # a text several times slower (docs/perf.md); literals sharing a prefix share a key.
-    assert len(scanner.keys) <= MAX_KEYS == 64
-    assert all(any(lit.startswith(key) for key in scanner.keys) for lit in scanner.literals)
+    # At most 64 in each: past that an automaton gives up its packed (SIMD) search and reads
+    # a text several times slower (docs/perf.md). The first holds the literals of the
+    # patterns that come first, as many as fit; its set is measured (README Decisions).
+    assert all(len(a.literals) <= MAX_LITERALS == 64 for a in scanner.automata)
+    assert len(scanner.automata[0].literals) == 64
+    assert set(scanner.automata[1].literals) == {
+        "-u ",
+        "-u\t",
+        '-u"',
+        "-u'",
+        "--user ",
+        "--user\t",
+        "--user=",
+        "_auth",
+        "cookie",
+        "accountkey=",
+        "pass",
+    }
     text = "x AKIA akia ghp_ ghx_ Token"
     found = scanner.find(text)
     assert found["akia"] == [2, 7] and found["ghp_"] == [12] and found["token"] == [22]
     assert candidates(found, text, plan_of(PATTERNS[5]), 100) == [2]  # case-sensitive: exact only
-    assert candidates(found, text, plan_of(PATTERNS[-1]), 100) == [22]
+    assert candidates(found, text, plan_of(PATTERNS[KEYED]), 100) == [22]
 
 
 def test_non_ascii_start_literals_make_a_plain_scan() -> None:
@@ -123,7 +153,7 @@ def test_fold_keeps_positions_of_every_case_insensitive_ascii_match() -> None:
 
 def test_dense_literals_fall_back_to_one_scan_with_the_same_result() -> None:
     text = "password " * 5000 + "token=abc123 " + "api_key" * 3000 + ": x"
-    plan = plan_of(PATTERNS[-1])
+    plan = plan_of(PATTERNS[KEYED])
     found = scanner_for(PATTERNS).find(text)
     assert candidates(found, text, plan, len(text) // 32 + 16) is None
     assert redact(text, PATTERNS) == _reference_redact(text, PATTERNS)
@@ -207,15 +237,12 @@ _MANY_PIECES = st.sampled_from(
 )
 
 
-def test_past_64_literals_the_automaton_still_holds_at_most_64_keys() -> None:
+def test_past_64_literals_each_automaton_holds_at_most_64() -> None:
     scanner = scanner_for(_MANY)
     assert len(scanner.literals) > 200
-    assert len(scanner.keys) <= MAX_KEYS
-    assert all(len(key) >= 3 for key in scanner.keys)
-    # The literals themselves while they fit; merged into the longest shared prefix past it.
-    assert keys_for(["abcd", "abce", "xyz"], most=3) == ("abcd", "abce", "xyz")
-    assert keys_for(["abcd", "abce", "xyz"], most=2) == ("abc", "xyz")
-    assert keys_for(["abcd", "abc"], most=9) == ("abc", "abcd")
+    assert [len(a.literals) for a in scanner.automata] == [64, 64, 64, 33]
+    # The built-in patterns' literals come first: their automaton is the one they have alone.
+    assert scanner.automata[0].literals == scanner_for(PATTERNS).automata[0].literals
 
 
 @given(st.lists(_MANY_PIECES, max_size=30).map("".join))

@@ -1,0 +1,118 @@
+"""Credentials that commands, config files and headers hold in their own syntax: ``curl``'s
+``-u user:pass``, a token as a URL's user, ``DB_PASS=``, an ``.npmrc`` line, an Azure
+connection string, a cookie header, a ``%``-encoded pair. Each is redacted; the text
+around it, and what only looks like one, stays."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.redaction_speed import before
+from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+
+PATTERNS = compile_patterns(())
+_TOKEN = "Zq7XkP2mW9vL4tR8"
+_HEX40 = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # curl's basic auth: the user stays, the password goes
+        (
+            f"curl -u user:{_TOKEN} https://api.example.com/x",
+            f"curl -u user:{REDACTED} https://api.example.com/x",
+        ),
+        ("curl -s -u user:Passw0rd https://h/", f"curl -s -u user:{REDACTED} https://h/"),
+        (
+            f"curl --user user:{_TOKEN} https://h/",
+            f"curl --user user:{REDACTED} https://h/",
+        ),
+        (f"curl --user=bob:{_TOKEN} https://h/", f"curl --user=bob:{REDACTED} https://h/"),
+        (f"curl -u 'bob:{_TOKEN}' https://h/", f"curl -u 'bob:{REDACTED}' https://h/"),
+        # a token as a URL's user, no password after it
+        (
+            f"git clone https://{_HEX40}@github.com/o/r.git",
+            f"git clone https://{REDACTED}@github.com/o/r.git",
+        ),
+        (
+            f"https://x-access-token:{_TOKEN}@github.com/o/r",
+            f"https://x-access-token:{REDACTED}@github.com/o/r",
+        ),
+        # environment variables naming a password
+        (f"DB_PASS={_TOKEN}", f"DB_PASS={REDACTED}"),
+        (f"export SMTP_PASS='{_TOKEN}'", f"export SMTP_PASS='{REDACTED}'"),
+        (f"PGPASSWORD={_TOKEN} psql -h db", f"PGPASSWORD={REDACTED} psql -h db"),
+        (f"MYSQL_PWD={_TOKEN} mysql", f"MYSQL_PWD={REDACTED} mysql"),
+        # .npmrc
+        (
+            f"//registry.npmjs.org/:_authToken={_TOKEN}",
+            f"//registry.npmjs.org/:_authToken={REDACTED}",
+        ),
+        ("_auth=dXNlcjpwYXNzd29yZA==", f"_auth={REDACTED}"),
+        (
+            "//npm.example.com/:_auth=dXNlcjpwYXNzd29yZA==",
+            f"//npm.example.com/:_auth={REDACTED}",
+        ),
+        # Azure connection strings
+        (
+            "DefaultEndpointsProtocol=https;AccountName=acct;"
+            f"AccountKey={_TOKEN}+abc==;EndpointSuffix=core.windows.net",
+            "DefaultEndpointsProtocol=https;AccountName=acct;"
+            f"AccountKey={REDACTED};EndpointSuffix=core.windows.net",
+        ),
+        (
+            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
+            f"SharedAccessKey={_TOKEN}=",
+            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
+            f"SharedAccessKey={REDACTED}",
+        ),
+        # cookie headers
+        (f"Cookie: sessionid={_TOKEN}; csrftoken=abc", f"Cookie: {REDACTED}"),
+        (
+            f"< Set-Cookie: session={_TOKEN}; Path=/; HttpOnly",
+            f"< Set-Cookie: {REDACTED}",
+        ),
+        (f'"Cookie": "sid={_TOKEN}"', f'"Cookie": "{REDACTED}"'),
+        # a YAML anchor before a password that is no Rust type (``&mut String`` is one)
+        ("password: &mut Passw0rd!", f"password: &mut {REDACTED}"),
+        # %-encoded pairs, once or twice (a URL inside a query's parameter)
+        (
+            f"https://api.example.com/cb?token%3D{_TOKEN}",
+            f"https://api.example.com/cb?token%3D{REDACTED}",
+        ),
+        (
+            f"GET /login?next=%2Fcb%253Faccess_token%253D{_TOKEN}%2526x%253D1",
+            f"GET /login?next=%2Fcb%253Faccess_token%253D{REDACTED}%2526x%253D1",
+        ),
+        ("https://u:p%40ss@host/db", f"https://u:{REDACTED}@host/db"),
+    ],
+)
+def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> None:
+    assert redact(text, PATTERNS)[0] == kept
+    assert redact(text, PATTERNS) == before(text, PATTERNS)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "docker run -u 1000:1000 image",
+        "git push -u origin main",
+        "sudo -u postgres psql",
+        "curl -u $USER:$TOKEN https://h/",
+        "https://git@github.com/o/r",
+        "https://user@example.com/path",
+        "Tests pass: all",
+        "bypass=true",
+        "compass: north",
+        "the cookie: a small cake",
+        "fn f(password: &mut String)",
+        "fn f(password: &mut Vec<u8>)",
+        "author=Jane",
+        "AccountName=acct;",
+        "token%3D%5BREDACTED%5D",
+        "?next=%2Fcb%253Ftoken_type%253Dbearer",
+    ],
+)
+def test_what_only_looks_like_one_stays(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
