@@ -384,12 +384,12 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + ")",
     # Credentials in a command's, a file's or a header's syntax (``secret_commands``), and
     # a password keyed by a bare ``pass`` after another word (``DB_PASS=…``, never
-    # ``bypass``, ``pass:``). Last, so their literals go to the scanner's second automaton and
-    # the first keeps its set (``redaction_scan``).
+    # ``bypass``, ``pass:``, ``PASSED``), from the separator before it. Last, so their
+    # literals go to the scanner's second automaton and the first keeps its set.
     *IN_SYNTAX,
-    r"(?i)(?<=[a-z0-9][_.\-])(?=pass(?![a-z0-9]))"
-    + KEY_COLUMN
-    + r"pass"
+    r"(?i)(?<=[a-z0-9])[_.\-]"
+    + KEY_COLUMN  # never a column here: only its groups, which the block's lines name
+    + r"pass(?![a-z0-9])"
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),

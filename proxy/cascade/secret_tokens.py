@@ -2,13 +2,12 @@
 :mod:`proxy.cascade.secret_patterns` applies them first (:data:`SHAPED`): private keys,
 providers' tokens (``sk-…``, ``ghp_…``, ``AKIA…``), JSON Web Tokens, the secrets a URL holds
 (a Telegram bot's token or a Slack or Discord webhook's, which are the URL's path:
-:data:`URL_PATH`; a URL's password: :data:`URL_PASSWORD`, or a token as its user:
-:data:`URL_USER`; each in JSON text whose slashes
-are escaped, ``https:\\/\\/…``) and a bearer token."""
+:data:`URL_PATH`; a URL's password, or a token as its user: :data:`URL_PASSWORD`; each
+in JSON text whose slashes are escaped, ``https:\\/\\/…``) and a bearer token."""
 
 from __future__ import annotations
 
-__all__ = ["NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH", "URL_USER"]
+__all__ = ["NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH"]
 
 # Where a secret begins that no earlier pass redacted (a second pass leaves the first's
 # marks as they are).
@@ -53,21 +52,18 @@ URL_PATH = (
 )
 # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
 # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone. Its
-# slashes too may be escaped (``postgresql:\/\/user:pass@host`` in JSON text).
+# slashes too may be escaped (``postgresql:\/\/user:pass@host`` in JSON text). Or a token
+# as a URL's user, no password after it (``https://<token>@github.com``): 20 characters or
+# more of a token's alphabet, digits and letters both (``git@``, a name's ``first.last@``
+# stay); one pattern, so a URL costs one try.
 URL_PASSWORD = (
     _URL_START
-    + r"[^\s/?#@:\"'<>\[\]]{0,128}:"
+    + r"(?:[^\s/?#@:\"'<>\[\]]{0,128}:"
     + NOT_REDACTED
-    + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)"
-)
-# A token as a URL's user, no password after it (``https://<token>@github.com``): 20
-# characters or more of a token's alphabet, digits and letters both (``git@``, a name's
-# ``first.last@`` stay).
-URL_USER = (
-    _URL_START
+    + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)|"
     + NOT_REDACTED
-    + r"(?P<secret>(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])[A-Za-z0-9_\-]{20,256})"
-    + r"(?=@)"
+    + r"(?=[A-Za-z0-9_\-]{20,256}+@)(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])"
+    + r"(?P<secret2>[A-Za-z0-9_\-]{20,256})(?=@))"
 )
 
 # A line break after a full line of base64 wrapped at 64 or 76 columns (the line's run of
@@ -130,7 +126,6 @@ SHAPED: tuple[str, ...] = (
     # Secrets that are a URL's path, and a URL's password.
     URL_PATH,
     URL_PASSWORD,
-    URL_USER,
     # A bearer token, an Authorization header's or any other: keep the scheme word, redact
     # the credential.
     r"(?i)bearer[ \t]{1,5}" + NOT_REDACTED + r"(?P<secret>[A-Za-z0-9\-._~+/]{8,4096}=*)",
