@@ -37,8 +37,7 @@ from proxy.cascade.secret_code import (
     RUST_REFERENCE,
     TYPE_END,
 )
-from proxy.cascade.secret_commands import ENCODED_VALUE, IN_SYNTAX
-from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
+from proxy.cascade.secret_tokens import ENCODED_VALUE, IN_SYNTAX, NOT_REDACTED, SHAPED
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -382,7 +381,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK)
     + ")",
-    # Credentials in a command's, a file's or a header's syntax (``secret_commands``), and
+    # Credentials in a command's, a file's or a header's syntax (``secret_tokens``), and
     # a password keyed by a bare ``pass`` after another word (``DB_PASS=…``, never
     # ``bypass``, ``pass:``, ``PASSED``), from the separator before it. Last, so their
     # literals go to the scanner's second automaton and the first keeps its set.
