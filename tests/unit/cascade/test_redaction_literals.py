@@ -260,3 +260,18 @@ def test_case_sensitive_starts_that_lowercase_alike_keep_only_exact_hits() -> No
     text = "Ab1 AB2 ab3 aB4 Cd5"
     assert redact(text, pats) == _reference_redact(text, pats)
     assert redact(text, pats) == (f"Ab1 {REDACTED} {REDACTED} aB4 {REDACTED}", 3)
+
+
+# Configured literals past the defaults' first automaton that begin inside one another
+# (``abab`` inside ``xabab``, ``bab`` inside ``abab``, ``aa`` inside itself): the starts a
+# later automaton's leftmost-first search skips are checked there too.
+_SPILLED = compile_patterns([r"(?i)xabab\d", r"abab\d", r"(?i)bab", r"aa\d"])
+
+
+@given(st.text(alphabet="abx1", max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_a_later_automaton_reports_literals_inside_its_matches(text: str) -> None:
+    scanner = scanner_for(_SPILLED)
+    assert {"xabab", "abab", "bab", "aa"} <= set(scanner.automata[-1].literals)
+    assert scanner.find(text) == _every_start(scanner, text)
+    assert redact(text, _SPILLED) == _reference_redact(text, _SPILLED)
