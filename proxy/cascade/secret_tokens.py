@@ -78,36 +78,47 @@ _WRAPPED = (
     r"|(?<=\\n[A-Za-z0-9+/]{64})|(?<=\\n[A-Za-z0-9+/]{76}))(?:\r?\n|\\n)"
 )
 
-# ``curl``'s basic auth (``-u user:pass``, ``--user user:pass``, ``--user=user:pass``, the
-# pair quoted or not): the user stays, the password goes. A password of digits alone is a
-# group (``docker run -u 1000:1000``), one that begins with ``$`` a variable's name, and a
-# user without a colon after it (``git push -u origin``, ``sudo -u postgres``) no pair.
+# ``curl``'s basic auth (``-u user:pass``, ``--user user:pass``, ``--user=user:pass``, a
+# proxy's ``-U``/``--proxy-user``, the pair quoted or not, its quotes escaped in JSON text):
+# the user stays, the password goes. A password of digits alone is a group (``docker run -u
+# 1000:1000``), as is one that repeats the user (``--user www-data:www-data``), one that
+# begins with ``$`` a variable's name, and a user without a colon after it (``git push -u
+# origin``, ``sudo -u postgres``) no pair.
 CURL_USER = (
-    r"(?<![\w-])(?:-u[ \t'\"]|--user[ \t=])[ \t]{0,3}['\"]?[^\s:'\"@$]{0,128}:"
+    r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
+    r"(?P<user>[^\s:'\"@$\\]{0,128}):"
     + NOT_REDACTED
-    + r"(?![0-9]{1,10}(?![^\s'\"]))(?!\$)(?P<secret>[^\s'\"]{1,256})"
+    + r"(?!(?P=user)(?![^\s'\"\\]))(?![0-9]{1,10}(?![^\s'\"\\]))(?!\$)"
+    + r"(?P<secret>[^\s'\"\\]{1,256})"
 )
 
-# An ``.npmrc``'s base64 ``user:password`` (``_auth=…``, a registry's ``//host/:_auth=…``);
-# its ``_authToken`` is the keyed pass's ``token``.
+# An ``.npmrc``'s base64 ``user:password`` (``_auth=…``, a registry's ``//host/:_auth=…``),
+# quoted or not; its ``_authToken`` is the keyed pass's ``token``. Only base64 to the value's
+# end, and never a program's name (``this._auth = null``, ``const _auth = require(…)``).
 NPM_AUTH = (
-    r"(?<![A-Za-z0-9_])_auth[ \t]{0,8}=[ \t]{0,3}"
-    + NOT_REDACTED
-    + r"(?P<secret>[^\s\"'\\]{1,1000})"
+    r"(?<![A-Za-z0-9_.$])(?<!let )(?<!var )(?<!const )_auth[ \t]{0,8}=[ \t]{0,3}"
+    r"(?:\\{0,3}[\"'])?" + NOT_REDACTED + r"(?P<secret>[A-Za-z0-9+/]{8,1000}+={0,2})(?![^\s\"'\\])"
 )
 
 # A ``Cookie`` or ``Set-Cookie`` header's value (a session's cookies), in a request's or a
 # response's dump or as a JSON entry (``"Cookie": "sid=…"``): to the line's end or its
 # string's closing quote, when it begins with a cookie's ``name=`` (``the cookie: a small
-# cake`` is prose, ``cookie: Cookie`` a type).
+# cake`` is prose, ``cookie: Cookie`` a type); a first value in double quotes
+# (``sid="…"``, as a cookie may be written) is read through them.
 COOKIE = (
     r"(?i)(?:(?<![a-z0-9_\-])|(?<=set-))cookie(?:\\{0,3}[\"'])?[ \t]{0,3}:[ \t]{0,3}"
-    r"(?:\\{0,3}[\"'])?" + NOT_REDACTED + r"(?P<secret>[^\s;=\"'\\]{1,256}=[^\r\n\"'\\]{0,4096})"
+    r"(?:\\{0,3}[\"'])?" + NOT_REDACTED + r"(?P<secret>[^\s;=\"'\\]{1,256}="
+    r"(?:\"[^\r\n\"\\]{0,4096}\"(?=[;\s]|\Z))?[^\r\n\"'\\]{0,4096})"
 )
 
 # An Azure storage connection string's ``AccountKey=…;`` (its ``SharedAccessKey`` is the
-# keyed pass's ``accesskey``).
-ACCOUNT_KEY = r"(?i)(?<![a-z0-9])accountkey=" + NOT_REDACTED + r"(?P<secret>[^;\s\"'\\]{1,1000})"
+# keyed pass's ``accesskey``), spaced or quoted, or a JSON entry's (``"AccountKey": "…"``).
+ACCOUNT_KEY = (
+    r"(?i)(?<![a-z0-9])accountkey(?:[ \t]{0,8}=[ \t]{0,3}(?:\\{0,3}[\"'])?"
+    r"|\\{0,3}[\"'][ \t]{0,3}:[ \t]{0,3}\\{0,3}[\"'])"
+    + NOT_REDACTED
+    + r"(?P<secret>[^;\s\"'\\]{1,1000})"
+)
 
 # A keyed pair %-encoded once or twice (``token%3D…``, ``%253D``: a URL that is a query's
 # parameter), after its key: the value to the next encoded ``&`` (the keyed pass's

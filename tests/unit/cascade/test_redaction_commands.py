@@ -30,6 +30,17 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         ),
         (f"curl --user=bob:{_TOKEN} https://h/", f"curl --user=bob:{REDACTED} https://h/"),
         (f"curl -u 'bob:{_TOKEN}' https://h/", f"curl -u 'bob:{REDACTED}' https://h/"),
+        # in JSON text (a call's arguments) its quotes are escaped
+        (
+            f'{{"cmd": "curl -u \\"bob:{_TOKEN}\\" https://h/"}}',
+            f'{{"cmd": "curl -u \\"bob:{REDACTED}\\" https://h/"}}',
+        ),
+        # a proxy's basic auth
+        (f"curl -U bob:{_TOKEN} https://h/", f"curl -U bob:{REDACTED} https://h/"),
+        (
+            f"curl --proxy-user bob:{_TOKEN} https://h/",
+            f"curl --proxy-user bob:{REDACTED} https://h/",
+        ),
         # a token as a URL's user, no password after it
         (
             f"git clone https://{_HEX40}@github.com/o/r.git",
@@ -50,6 +61,7 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
             f"//registry.npmjs.org/:_authToken={REDACTED}",
         ),
         ("_auth=dXNlcjpwYXNzd29yZA==", f"_auth={REDACTED}"),
+        ('_auth="dXNlcjpwYXNzd29yZA=="', f'_auth="{REDACTED}"'),
         (
             "//npm.example.com/:_auth=dXNlcjpwYXNzd29yZA==",
             f"//npm.example.com/:_auth={REDACTED}",
@@ -67,7 +79,13 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
             "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
             f"SharedAccessKey={REDACTED}",
         ),
+        # the key alone, its value spaced or quoted, at the end
+        (f"AccountKey = {_TOKEN}+abc==", f"AccountKey = {REDACTED}"),
+        (f'"AccountKey": "{_TOKEN}+abc=="', f'"AccountKey": "{REDACTED}"'),
+        (f"AccountKey='{_TOKEN}+abc=='", f"AccountKey='{REDACTED}'"),
         # cookie headers
+        (f'Cookie: sid="{_TOKEN}"', f"Cookie: {REDACTED}"),
+        (f'Cookie: sid="{_TOKEN}"; b=1\nHost: h', f"Cookie: {REDACTED}\nHost: h"),
         (f"Cookie: sessionid={_TOKEN}; csrftoken=abc", f"Cookie: {REDACTED}"),
         (
             f"< Set-Cookie: session={_TOKEN}; Path=/; HttpOnly",
@@ -99,6 +117,10 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "docker run -u 1000:1000 image",
         "git push -u origin main",
         "sudo -u postgres psql",
+        # a user and a group of one name
+        "docker run --user www-data:www-data image",
+        "docker exec -u root:root c ls",
+        '{"cmd": "docker run -u \\"www-data:www-data\\" x"}',
         "curl -u $USER:$TOKEN https://h/",
         "https://git@github.com/o/r",
         "https://user@example.com/path",
@@ -110,6 +132,11 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "fn f(password: &mut Vec<u8>)",
         "author=Jane",
         "AccountName=acct;",
+        "accountKey: string",
+        # a JavaScript name, not an .npmrc's key
+        "const _auth = require('./auth')",
+        "this._auth = null",
+        "_auth=${NPM_AUTH}",
         "token%3D%5BREDACTED%5D",
         "?next=%2Fcb%253Ftoken_type%253Dbearer",
     ],

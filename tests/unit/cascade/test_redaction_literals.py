@@ -72,10 +72,14 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         starts[KEYED],
         starts[KEYED],
         # curl's basic auth, an .npmrc's _auth, a cookie header, an Azure account key
-        ("--user\t", "--user ", "--user=", "-u\t", "-u ", '-u"', "-u'"),
+        (
+            *("--proxy-user\t", "--proxy-user ", "--proxy-user="),
+            *("--user\t", "--user ", "--user=", "-U\t", "-U ", '-U"', "-U'"),
+            *("-u\t", "-u ", '-u"', "-u'"),
+        ),
         ("_auth",),
         ("cookie",),
-        ("accountkey=",),
+        ("accountkey",),
         # a bare ``pass`` after another word (``DB_PASS``), from the separator before it
         ("-pass", ".pass", "_pass"),
     ]
@@ -109,7 +113,10 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         "--user=",
         "_auth",
         "cookie",
-        "accountkey=",
+        "accountkey",
+        "--proxy-user ",
+        "--proxy-user\t",
+        "--proxy-user=",
         "_pass",
         ".pass",
         "-pass",
@@ -241,7 +248,7 @@ _MANY_PIECES = st.sampled_from(
 def test_past_64_literals_each_automaton_holds_at_most_64() -> None:
     scanner = scanner_for(_MANY)
     assert len(scanner.literals) > 200
-    assert [len(a.literals) for a in scanner.automata] == [64, 64, 64, 35]
+    assert [len(a.literals) for a in scanner.automata] == [64, 64, 64, 38]
     # The built-in patterns' literals come first: their automaton is the one they have alone.
     assert scanner.automata[0].literals == scanner_for(PATTERNS).automata[0].literals
 
