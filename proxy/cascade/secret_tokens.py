@@ -78,17 +78,19 @@ _WRAPPED = (
     r"|(?<=\\n[A-Za-z0-9+/]{64})|(?<=\\n[A-Za-z0-9+/]{76}))(?:\r?\n|\\n)"
 )
 
-# ``curl``'s basic auth (``-u user:pass``, ``--user user:pass``, ``--user=user:pass``, a
-# proxy's ``-U``/``--proxy-user``, the pair quoted or not, its quotes escaped in JSON text):
+# ``curl``'s basic auth (``-u user:pass``, ``-uuser:pass``, ``--user user:pass``,
+# ``--user=user:pass``, a proxy's ``-U``/``--proxy-user``, the pair quoted or not, its
+# quotes escaped in JSON text):
 # the user stays, the password goes. A password of digits alone is a group (``docker run -u
-# 1000:1000``), as is one that repeats the user (``--user www-data:www-data``), one that
+# 1000:1000``), as is one that repeats the user with no URL after it on the line (``--user
+# www-data:www-data``; ``curl -u admin:admin http://…`` is a login), one that
 # begins with ``$`` a variable's name, and a user without a colon after it (``git push -u
 # origin``, ``sudo -u postgres``) no pair.
 CURL_USER = (
-    r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
+    r"(?<![\w-])(?:-[uU]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
     r"(?P<user>[^\s:'\"@$\\]{0,128}):"
     + NOT_REDACTED
-    + r"(?!(?P=user)(?![^\s'\"\\]))(?![0-9]{1,10}(?![^\s'\"\\]))(?!\$)"
+    + r"(?!(?P=user)(?![^\s'\"\\])(?![^\r\n:]{0,256}+://))(?![0-9]{1,10}(?![^\s'\"\\]))(?!\$)"
     + r"(?P<secret>[^\s'\"\\]{1,256})"
 )
 
@@ -128,7 +130,18 @@ ENCODED_VALUE = (
     r"(?P<secret11>(?:[a-z0-9_.~+\-]|%(?!(?:25)?26)[0-9a-f]{2}){1,500})"
 )
 
-IN_SYNTAX: tuple[str, ...] = (CURL_USER, NPM_AUTH, COOKIE, ACCOUNT_KEY)
+# ``curl``'s cookies on its command line (``-b 'sid=…; theme=dark'``, ``--cookie sid=…``):
+# a quoted value to its closing quote, a bare one to the next blank; a file's name
+# (``-b cookies.txt``) has no ``=`` and stays.
+CURL_COOKIE = (
+    r"(?<![\w-])(?:-b|--cookie)[ \t=][ \t]{0,3}(?:\\{0,3}['\"]"
+    + NOT_REDACTED
+    + r"(?P<secret>[^\s;=\"'\\]{1,256}=[^\r\n\"'\\]{0,4096})|"
+    + NOT_REDACTED
+    + r"(?P<secret2>[^\s;=\"'\\]{1,256}=[^\s\"'\\]{0,4096}))"
+)
+
+IN_SYNTAX: tuple[str, ...] = (CURL_USER, NPM_AUTH, COOKIE, ACCOUNT_KEY, CURL_COOKIE)
 """Built-in patterns for credentials in a command's, a file's or a header's syntax."""
 
 SHAPED: tuple[str, ...] = (

@@ -35,6 +35,24 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
             f'{{"cmd": "curl -u \\"bob:{_TOKEN}\\" https://h/"}}',
             f'{{"cmd": "curl -u \\"bob:{REDACTED}\\" https://h/"}}',
         ),
+        # a password that repeats the user, a URL after it: a login, not a user and group
+        (
+            "curl -u theagentcompany:theagentcompany -O http://h:8092/f",
+            f"curl -u theagentcompany:{REDACTED} -O http://h:8092/f",
+        ),
+        # the pair written against the option, or its escaped quote against it
+        (f"curl -ubob:{_TOKEN} https://h/", f"curl -ubob:{REDACTED} https://h/"),
+        (
+            f'{{"cmd": "curl -u\\"bob:{_TOKEN}\\" https://h/"}}',
+            f'{{"cmd": "curl -u\\"bob:{REDACTED}\\" https://h/"}}',
+        ),
+        # curl's cookies on its command line: to the quote's end, or to the blank
+        (
+            f"curl -b 'sid={_TOKEN}; theme=dark' https://h/",
+            f"curl -b '{REDACTED}' https://h/",
+        ),
+        (f"curl --cookie sid={_TOKEN} https://h/", f"curl --cookie {REDACTED} https://h/"),
+        (f"curl --cookie=sid={_TOKEN} https://h/", f"curl --cookie={REDACTED} https://h/"),
         # a proxy's basic auth
         (f"curl -U bob:{_TOKEN} https://h/", f"curl -U bob:{REDACTED} https://h/"),
         (
@@ -117,6 +135,10 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "docker run -u 1000:1000 image",
         "git push -u origin main",
         "sudo -u postgres psql",
+        "python -u -c 'print(1)'",
+        "ps -uroot -o pid,cmd",
+        "git checkout -b feature/login",
+        "curl -b cookies.txt -c cookies.txt https://h/",
         # a user and a group of one name
         "docker run --user www-data:www-data image",
         "docker exec -u root:root c ls",
