@@ -87,7 +87,7 @@ _WRAPPED = (
 # begins with ``$`` a variable's name, and a user without a colon after it (``git push -u
 # origin``, ``sudo -u postgres``) no pair.
 CURL_USER = (
-    r"(?<![\w-])(?:-[uU]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
+    r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
     r"(?P<user>[^\s:'\"@$\\]{0,128}):"
     + NOT_REDACTED
     + r"(?!(?P=user)(?![^\s'\"\\])(?![^\r\n:]{0,256}+://))(?![0-9]{1,10}(?![^\s'\"\\]))(?!\$)"
@@ -131,12 +131,15 @@ ENCODED_VALUE = (
 )
 
 # ``curl``'s cookies on its command line (``-b 'sid=…; theme=dark'``, ``--cookie sid=…``):
-# a quoted value to its closing quote, a bare one to the next blank; a file's name
-# (``-b cookies.txt``) has no ``=`` and stays.
+# a quoted value to its closing quote, a bare one to the next blank. ``-b`` only quoted
+# (a bare ``-b `` is in too many commands, ``git checkout -b``, to look for); a file's name
+# (``--cookie cookies.txt``) has no ``=`` and stays.
 CURL_COOKIE = (
-    r"(?<![\w-])(?:-b|--cookie)[ \t=][ \t]{0,3}(?:\\{0,3}['\"]"
+    r"(?<![\w-])(?:-b[ \t][\\'\"](?:(?<=\\)\\{0,2}['\"])?"
+    r"|--cookie[ \t=][ \t]{0,3}(?:\\{0,3}['\"])?)"
+    r"(?:(?<=['\"])"
     + NOT_REDACTED
-    + r"(?P<secret>[^\s;=\"'\\]{1,256}=[^\r\n\"'\\]{0,4096})|"
+    + r"(?P<secret>[^\s;=\"'\\]{1,256}=[^\r\n\"'\\]{0,4096})|(?<!['\"])"
     + NOT_REDACTED
     + r"(?P<secret2>[^\s;=\"'\\]{1,256}=[^\s\"'\\]{0,4096}))"
 )

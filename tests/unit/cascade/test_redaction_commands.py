@@ -40,12 +40,6 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
             "curl -u theagentcompany:theagentcompany -O http://h:8092/f",
             f"curl -u theagentcompany:{REDACTED} -O http://h:8092/f",
         ),
-        # the pair written against the option, or its escaped quote against it
-        (f"curl -ubob:{_TOKEN} https://h/", f"curl -ubob:{REDACTED} https://h/"),
-        (
-            f'{{"cmd": "curl -u\\"bob:{_TOKEN}\\" https://h/"}}',
-            f'{{"cmd": "curl -u\\"bob:{REDACTED}\\" https://h/"}}',
-        ),
         # curl's cookies on its command line: to the quote's end, or to the blank
         (
             f"curl -b 'sid={_TOKEN}; theme=dark' https://h/",
@@ -53,6 +47,10 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         ),
         (f"curl --cookie sid={_TOKEN} https://h/", f"curl --cookie {REDACTED} https://h/"),
         (f"curl --cookie=sid={_TOKEN} https://h/", f"curl --cookie={REDACTED} https://h/"),
+        (
+            f'{{"cmd": "curl -b \\"sid={_TOKEN}\\" https://h/"}}',
+            f'{{"cmd": "curl -b \\"{REDACTED}\\" https://h/"}}',
+        ),
         # a proxy's basic auth
         (f"curl -U bob:{_TOKEN} https://h/", f"curl -U bob:{REDACTED} https://h/"),
         (
@@ -137,6 +135,8 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "sudo -u postgres psql",
         "python -u -c 'print(1)'",
         "ps -uroot -o pid,cmd",
+        "make -b CFLAGS=-O2",
+        "curl --cookie cookies.txt https://h/",
         "git checkout -b feature/login",
         "curl -b cookies.txt -c cookies.txt https://h/",
         # a user and a group of one name
