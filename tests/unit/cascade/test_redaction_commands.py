@@ -5,6 +5,8 @@ around it, and what only looks like one, stays."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench.redaction_speed import before
@@ -165,3 +167,26 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
 )
 def test_what_only_looks_like_one_stays(text: str) -> None:
     assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "-u a:a ",  # a pair that repeats its user: the look for a URL after it
+        "-u 'a:",
+        "--user=",
+        "-b '",
+        "--cookie a=",
+        "_auth=",
+        'cookie: a="',
+        "accountkey = ",
+        '"accountkey": "',
+    ],
+)
+def test_a_hostile_run_of_a_rules_literal_reads_in_linear_time(unit: str) -> None:
+    """100 KB of one rule's literal, each a try: ~0.1 s, where a scan back or ahead to the
+    line's end at each try would take seconds (the bound leaves room for a loaded machine)."""
+    text = unit * (100_000 // len(unit))
+    start = time.perf_counter()
+    redact(text, PATTERNS)
+    assert time.perf_counter() - start < 1.0
