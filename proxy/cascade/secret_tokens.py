@@ -81,16 +81,16 @@ _WRAPPED = (
 # ``curl``'s basic auth (``-u user:pass``, ``-uuser:pass``, ``--user user:pass``,
 # ``--user=user:pass``, a proxy's ``-U``/``--proxy-user``, the pair quoted or not, its
 # quotes escaped in JSON text):
-# the user stays, the password goes. A password of digits alone is a group (``docker run -u
-# 1000:1000``), as is one that repeats the user with no URL after it on the line (``--user
-# www-data:www-data``; ``curl -u admin:admin http://…`` is a login), one that
+# the user stays, the password goes. Five digits or fewer are a group's id (``docker run -u
+# 1000:1000``), as is a password that repeats the user with no URL after it on the line (``--user
+# www-data:www-data``; ``curl -u admin:admin http://…`` is a login); one that
 # begins with ``$`` a variable's name, and a user without a colon after it (``git push -u
 # origin``, ``sudo -u postgres``) no pair.
 CURL_USER = (
     r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
     r"(?P<user>[^\s:'\"@$\\]{0,128}+):"
     + NOT_REDACTED
-    + r"(?!(?P=user)(?![^\s'\"\\])(?![^\r\n:]{0,256}+://))(?![0-9]{1,10}(?![^\s'\"\\]))(?!\$)"
+    + r"(?!(?P=user)(?![^\s'\"\\])(?![^\r\n:]{0,256}+://))(?![0-9]{1,5}(?![^\s'\"\\]))(?!\$)"
     + r"(?P<secret>[^\s'\"\\]{1,256})"
 )
 

@@ -53,6 +53,8 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
             f'{{"cmd": "curl -b \\"sid={_TOKEN}\\" https://h/"}}',
             f'{{"cmd": "curl -b \\"{REDACTED}\\" https://h/"}}',
         ),
+        # a password of digits longer than a group's id
+        ("curl -u bob:20240917 https://h/", f"curl -u bob:{REDACTED} https://h/"),
         # a proxy's basic auth
         (f"curl -U bob:{_TOKEN} https://h/", f"curl -U bob:{REDACTED} https://h/"),
         (
@@ -133,6 +135,8 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
     "text",
     [
         "docker run -u 1000:1000 image",
+        "docker run --user www-data:33 image",
+        "podman run --user 100000:100000 image",
         "git push -u origin main",
         "sudo -u postgres psql",
         "python -u -c 'print(1)'",
