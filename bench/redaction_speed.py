@@ -12,9 +12,11 @@ different shapes spliced in (``secrets``, one per ~3 KB). Every pair of outputs 
 be identical before it is timed.
 
 ``python -m bench.redaction_speed --against main [--rounds 15]`` instead times this checkout's
-``redact`` against another revision's (its ``proxy/cascade/redaction.py``, read with ``git
-show``) on the texts the proxy really redacts: every message of recorded transcripts 1, 2, 4
-and 6 (when ``../shared/data/trajectories`` is there) and the load generator's agent workload
+``redact`` against another revision's (its ``proxy/cascade/redaction.py`` and the scanner
+that module uses, ``redaction_scan.py`` and ``literals.py``, read with ``git show``; the
+patterns are this checkout's, so it times the code, not the rules) on the texts the proxy
+really redacts: every message of recorded transcripts 1, 2, 4 and 6 (when
+``../shared/data/trajectories`` is there) and the load generator's agent workload
 (``bench.loadgen_workload.make_workload("large")``). Each round redacts each corpus once with
 each version, alternating which goes first; it prints the median and range of a pass, and
 refuses to time anything unless both versions return identical results on every text.
@@ -231,18 +233,28 @@ def messages() -> dict[str, list[str]]:
     return out
 
 
-def revision(rev: str) -> Redact:
-    """``redact`` as of git revision ``rev``, loaded beside this checkout's."""
+def _load(rev: str, name: str) -> types.ModuleType:
+    """``proxy.cascade.<name>`` as of git revision ``rev``, its imports bound to the modules
+    that :func:`revision` has loaded from ``rev`` so far (in ``sys.modules`` meanwhile)."""
+    path = f"proxy/cascade/{name}.py"
     source = subprocess.run(
-        ["git", "show", f"{rev}:proxy/cascade/redaction.py"],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True
     ).stdout
-    module = types.ModuleType(f"_redaction_{rev}")
+    module = types.ModuleType(f"_{name}_{rev}")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{rev}:proxy/cascade/redaction.py", "exec"), module.__dict__)
-    fn: Redact = module.redact
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
+    return module
+
+
+def revision(rev: str) -> Redact:
+    """``redact`` as of git revision ``rev`` with its scanner, loaded beside this checkout's."""
+    saved = {name: sys.modules[f"proxy.cascade.{name}"] for name in ("literals", "redaction_scan")}
+    try:
+        for name in saved:  # in import order: the scanner imports ``literals``
+            sys.modules[f"proxy.cascade.{name}"] = _load(rev, name)
+        fn: Redact = _load(rev, "redaction").redact
+    finally:
+        sys.modules.update({f"proxy.cascade.{name}": module for name, module in saved.items()})
     return fn
 
 

@@ -15,7 +15,12 @@ gives up past its limit).
 Why one automaton: a ``str.find`` pass per literal reads the text once per literal (there
 are a few dozen), and a combined ``re`` alternation is slower still; the automaton reads it
 once. :func:`candidates` then walks only the literals found, usually one or two, rather
-than every plan's.
+than every plan's. The automaton's packed (SIMD) search holds at most :data:`MAX_LITERALS`
+strings, and past that reads every text several times slower, so the literals go into as
+many automata of at most that many as they need, in the order their patterns come: the
+built-in patterns' literals fill the first (their set, not only its size, sets its speed),
+and literals of later patterns (new rules, configured ones) cost one more small pass rather
+than a slower first one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import ahocorasick_rs
 from proxy.cascade.literals import start_literals
 
 __all__ = [
+    "MAX_LITERALS",
     "Plan",
     "Scanner",
     "candidates",
@@ -45,6 +51,7 @@ __all__ = [
 
 _DENSITY = 32  # past one candidate per this many characters, one subn scan is cheaper
 _MAX_SCANNERS = 1024
+MAX_LITERALS = 64  # the most strings an automaton's packed search holds
 
 # Characters ``re`` matches to an ASCII letter ignoring case that ``str.lower`` does not lower
 # to it (U+0130 even lowers to two characters, which would shift every later position).
@@ -93,21 +100,29 @@ def fold(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Scanner:
-    """One sequence of patterns: their plans, and one automaton over all their start literals
-    (lowercased, so it runs over the folded text: a superset of every exact-case hit).
+class Automaton:
+    """At most :data:`MAX_LITERALS` literals (lowercased) and their leftmost-first search."""
 
-    The automaton reports leftmost-first matches, which do not overlap: that search skips
+    literals: tuple[str, ...]
+    search: Any  # ahocorasick_rs.BytesAhoCorasick over the literals, in lowercased bytes
+    inner: tuple[tuple[tuple[int, str, bytes], ...], ...]  # per literal: (offset, other, bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Scanner:
+    """One sequence of patterns: their plans, and automata over all their start literals
+    (lowercased, so they run over the folded text: a superset of every exact-case hit).
+
+    Each automaton reports leftmost-first matches, which do not overlap: that search skips
     ahead to the bytes a literal can begin with, which an overlapping search cannot, and so
     reads large texts about twice as fast. Every start it cannot report lies inside a
-    reported match, so ``inner`` lists, per literal, each
-    (offset, literal) that can begin inside it, and :meth:`find` checks those few places.
+    reported match, so ``inner`` lists, per literal, each (offset, literal) of the same
+    automaton that can begin inside it, and :meth:`find` checks those few places.
     """
 
     plans: tuple[Plan, ...]
-    literals: tuple[str, ...]
-    ascii: Any  # ahocorasick_rs.BytesAhoCorasick over the lowercased bytes of a text
-    inner: tuple[tuple[tuple[int, str, bytes], ...], ...]  # per literal: (offset, other, bytes)
+    literals: tuple[str, ...]  # in the order their patterns come
+    automata: tuple[Automaton, ...]  # those literals, MAX_LITERALS at a time
     anchored: bool  # every pattern has start literals: a text without any has no match
     users: Mapping[str, tuple[int, ...]]  # each literal -> the patterns (indexes) it starts
 
@@ -121,7 +136,7 @@ class Scanner:
     def find(self, text: str) -> dict[str, list[int]]:
         """Ascending positions where each literal begins in ``fold(text)``, overlaps too.
 
-        The automaton reads bytes lowercased by ``bytes.lower`` (ASCII letters only): the
+        The automata read bytes lowercased by ``bytes.lower`` (ASCII letters only): the
         text's ASCII encoding, or else its UTF-8 encoding, whose byte offsets are turned into
         character positions at each hit (lone surrogates pass through). Either is a copy or
         two in C, where ``str.lower`` of non-ASCII text costs several times as much. Only a
@@ -134,19 +149,20 @@ class Scanner:
             if any(ch in text for ch in _TWINS):
                 text = fold(text)
             data, wide = text.encode("utf-8", "surrogatepass").lower(), True
-        matches = self.ascii.find_matches_as_indexes(data)
         found: dict[str, list[int]] = {}
-        byte = char = 0  # the last hit's byte offset and character position
-        for index, start, _ in matches:
-            if wide:  # a literal begins with an ASCII byte, so the slice is whole characters
-                char += len(data[byte:start].decode("utf-8", "surrogatepass"))
-                byte = start
-            else:
-                char = start
-            found.setdefault(self.literals[index], []).append(char)
-            for entry in self.inner[index]:  # ASCII literals: byte offsets are characters
-                if data.startswith(entry[2], start + entry[0]):
-                    found.setdefault(entry[1], []).append(char + entry[0])
+        for automaton in self.automata:
+            literals, inner = automaton.literals, automaton.inner
+            byte = char = 0  # the last hit's byte offset and character position
+            for index, start, _ in automaton.search.find_matches_as_indexes(data):
+                if wide:  # a literal begins with an ASCII byte: the slice is whole characters
+                    char += len(data[byte:start].decode("utf-8", "surrogatepass"))
+                    byte = start
+                else:
+                    char = start
+                found.setdefault(literals[index], []).append(char)
+                for entry in inner[index]:  # ASCII literals: byte offsets are characters
+                    if data.startswith(entry[2], start + entry[0]):
+                        found.setdefault(entry[1], []).append(char + entry[0])
         return found
 
 
@@ -166,6 +182,12 @@ def _inner(literals: Sequence[str]) -> tuple[tuple[tuple[int, str, bytes], ...],
     )
 
 
+def _automaton(literals: tuple[str, ...]) -> Automaton:
+    first = ahocorasick_rs.MatchKind.LeftmostFirst
+    search = ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals], matchkind=first)
+    return Automaton(literals, search, _inner(literals))
+
+
 _SCANNERS: dict[int, tuple[Sequence[re.Pattern[str]], Scanner]] = {}
 
 
@@ -177,15 +199,15 @@ def scanner_for(patterns: Sequence[re.Pattern[str]]) -> Scanner:
     if entry is not None and entry[0] is patterns:
         return entry[1]
     plans = tuple(plan_of(p) for p in patterns)
-    literals = tuple(sorted({s.lower() for plan in plans for s in plan.starts}))
-    first = ahocorasick_rs.MatchKind.LeftmostFirst
+    # In the order the patterns come, each literal once.
+    literals = tuple(dict.fromkeys(s.lower() for plan in plans for s in sorted(plan.starts)))
     scanner = Scanner(
         plans,
         literals,
-        ahocorasick_rs.BytesAhoCorasick([s.encode() for s in literals], matchkind=first)
-        if literals
-        else None,
-        _inner(literals),
+        tuple(
+            _automaton(tuple(sorted(literals[at : at + MAX_LITERALS])))
+            for at in range(0, len(literals), MAX_LITERALS)
+        ),
         bool(literals) and all(plan.starts for plan in plans),
         {lit: tuple(i for i, plan in enumerate(plans) if lit in plan.keys) for lit in literals},
     )

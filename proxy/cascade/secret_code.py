@@ -44,11 +44,13 @@ BUILTIN_TYPE = (
     r"(?:str|int|bool|bytes|float|string|number|boolean|bigint|symbol|object|unknown|any|void"
     r"|(?-i:[iu](?:8|16|32|64|128|size)|f32|f64|char|SecretStr|SecretBytes))"
 )
-# A Rust reference's ``&mut``, ``&dyn`` or ``&impl`` and what it takes: a type, capitalised, a
+# A Rust reference's ``&mut``, ``&dyn`` or ``&impl`` and what it takes: a type, capitalised,
+# its name ending where a type's does (``&mut Passw0rd!`` is a YAML anchor and a password), a
 # path (``std::io::Read``), a builtin, a slice, a tuple, another reference, ``self`` (a
 # lifetime comes before them: ``&'a mut T``).
 RUST_REFERENCE = (
-    r"&(?:mut|dyn|impl) (?-i:[A-Z\[(&_]|(?:mut|dyn|impl) |[a-z_][a-z0-9_]{0,63}::"
+    r"&(?:mut|dyn|impl) (?-i:[A-Z][A-Za-z0-9_]{0,63}+(?=[\s,;:)\]}>=<{|'\"\\+]|$)|[\[(&_]"
+    r"|(?:mut|dyn|impl) |[a-z_][a-z0-9_]{0,63}::"
     r"|(?:str|bool|char|[iuf](?:8|16|32|64|128|size)|self)(?![A-Za-z0-9_]))"
 )
 # A generic type (``Observable<string>``, Rust's ``Option<String>``, ``Record<K, V>``): a

@@ -37,7 +37,7 @@ from proxy.cascade.secret_code import (
     RUST_REFERENCE,
     TYPE_END,
 )
-from proxy.cascade.secret_tokens import NOT_REDACTED, SHAPED
+from proxy.cascade.secret_tokens import ENCODED_VALUE, IN_SYNTAX, NOT_REDACTED, SHAPED
 
 __all__ = ["REDACTED", "DEFAULT_PATTERNS"]
 
@@ -340,7 +340,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # AWS secret access key assignments (40 base64 chars) keeping the key name, or its value
     # after a blank (``aws configure set aws_secret_access_key …``, ``… Key [None]: …``). It
     # begins at the keyed pass's literal ``secret``, ``aws`` read behind: its ``[ _-_]`` (a
-    # range) stops the scanner spelling out more of the 64 literals it reads fastest.
+    # range) stops the scanner spelling out more literals, each one more for it to look for.
     r"(?i)(?:(?<=aws)|(?<=aws[_ ]))secret[ _-_]?access[ _-_]?key(?: \[[^\]\n]{0,64}+\])?(?:"
     + _assigned(5)
     + "|"
@@ -363,7 +363,7 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     _SIBLING,
     _SIBLING_AFTER,
     _IN_COMMENT,
-    # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``,
+    # password/secret/token/api_key assignments: ``password=…``, ``"password": "…"``, ``token%3D…``,
     # ``PASSWORD: …``, ``DB_PASSWORD=…``, ``apiKey: '…'``. Keeps the key, redacts the value.
     # In JSON text (a call's arguments) a quoted value's quotes are escaped (``\"…\"``):
     # the value between them is redacted, never the backslash alone, which would let the
@@ -374,6 +374,21 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + KEY_COLUMN
     + _SECRET_KEY
     + ANNOTATION
+    + "(?:"
+    + ENCODED_VALUE
+    + "|"
+    + _assigned(3, _KEY_QUOTE)
+    + _AS_QUOTED
+    + _secret_value(KEYED_BLOCK)
+    + ")",
+    # Credentials in a command's, a file's or a header's syntax (``secret_tokens``), and
+    # a password keyed by a bare ``pass`` after another word (``DB_PASS=…``, never
+    # ``bypass``, ``pass:``, ``PASSED``), from the separator before it. Last, so their
+    # literals go to the scanner's second automaton and the first keeps its set.
+    *IN_SYNTAX,
+    r"(?i)(?<=[a-z0-9])[_.\-]"
+    + KEY_COLUMN  # never a column here: only its groups, which the block's lines name
+    + r"pass(?![a-z0-9])"
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),

@@ -2,12 +2,16 @@
 :mod:`proxy.cascade.secret_patterns` applies them first (:data:`SHAPED`): private keys,
 providers' tokens (``sk-…``, ``ghp_…``, ``AKIA…``), JSON Web Tokens, the secrets a URL holds
 (a Telegram bot's token or a Slack or Discord webhook's, which are the URL's path:
-:data:`URL_PATH`; a URL's password: :data:`URL_PASSWORD`; either in JSON text whose slashes
-are escaped, ``https:\\/\\/…``) and a bearer token."""
+:data:`URL_PATH`; a URL's password, or a token as its user: :data:`URL_PASSWORD`; each
+in JSON text whose slashes are escaped, ``https:\\/\\/…``) and a bearer token; and the
+credentials written in a command's, a config file's or a header's own syntax
+(:data:`IN_SYNTAX`: ``curl``'s basic auth, an ``.npmrc``'s ``_auth``, a cookie header's
+value, an Azure connection string's account key), each from its option's or its key's
+literal, so text without one costs no regex call."""
 
 from __future__ import annotations
 
-__all__ = ["NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH"]
+__all__ = ["ENCODED_VALUE", "IN_SYNTAX", "NOT_REDACTED", "SHAPED", "URL_PASSWORD", "URL_PATH"]
 
 # Where a secret begins that no earlier pass redacted (a second pass leaves the first's
 # marks as they are).
@@ -52,12 +56,18 @@ URL_PATH = (
 )
 # A URL's password (``postgresql://user:pass@host``, a .env file, a clone command):
 # keeps the scheme, user and host. A URL with a port and no ``@`` is left alone. Its
-# slashes too may be escaped (``postgresql:\/\/user:pass@host`` in JSON text).
+# slashes too may be escaped (``postgresql:\/\/user:pass@host`` in JSON text). Or a token
+# as a URL's user, no password after it (``https://<token>@github.com``): 20 characters or
+# more of a token's alphabet, digits and letters both (``git@``, a name's ``first.last@``
+# stay); one pattern, so a URL costs one try.
 URL_PASSWORD = (
     _URL_START
-    + r"[^\s/?#@:\"'<>\[\]]{0,128}:"
+    + r"(?:[^\s/?#@:\"'<>\[\]]{0,128}:"
     + NOT_REDACTED
-    + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)"
+    + r"(?P<secret>[^\s/?#@\"'<>]{1,256})(?=@)|"
+    + NOT_REDACTED
+    + r"(?=[A-Za-z0-9_\-]{20,256}+@)(?=[A-Za-z_\-]{0,255}[0-9])(?=[0-9_\-]{0,255}[A-Za-z])"
+    + r"(?P<secret2>[A-Za-z0-9_\-]{20,256})(?=@))"
 )
 
 # A line break after a full line of base64 wrapped at 64 or 76 columns (the line's run of
@@ -67,6 +77,75 @@ _WRAPPED = (
     r"(?:(?<=[^A-Za-z0-9+/][A-Za-z0-9+/]{64})|(?<=[^A-Za-z0-9+/][A-Za-z0-9+/]{76})"
     r"|(?<=\\n[A-Za-z0-9+/]{64})|(?<=\\n[A-Za-z0-9+/]{76}))(?:\r?\n|\\n)"
 )
+
+# ``curl``'s basic auth (``-u user:pass``, ``-uuser:pass``, ``--user user:pass``,
+# ``--user=user:pass``, a proxy's ``-U``/``--proxy-user``, the pair quoted or not, its
+# quotes escaped in JSON text):
+# the user stays, the password goes. Five digits or fewer are a group's id (``docker run -u
+# 1000:1000``), as is a password that repeats the user with no URL after it on the line (``--user
+# www-data:www-data``; ``curl -u admin:admin http://…`` is a login); one that
+# begins with ``$`` a variable's name, and a user without a colon after it (``git push -u
+# origin``, ``sudo -u postgres``) no pair.
+CURL_USER = (
+    r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
+    r"(?P<user>[^\s:'\"@$\\]{0,128}+):"
+    + NOT_REDACTED
+    + r"(?!(?P=user)(?![^\s'\"\\])(?![^\r\n:]{0,256}+://))(?![0-9]{1,5}(?![^\s'\"\\]))(?!\$)"
+    + r"(?P<secret>[^\s'\"\\]{1,256})"
+)
+
+# An ``.npmrc``'s base64 ``user:password`` (``_auth=…``, a registry's ``//host/:_auth=…``),
+# quoted or not; its ``_authToken`` is the keyed pass's ``token``. Only base64 to the value's
+# end, and never a program's name (``this._auth = null``, ``const _auth = require(…)``).
+NPM_AUTH = (
+    r"(?<![A-Za-z0-9_.$])(?<!let )(?<!var )(?<!const )_auth[ \t]{0,8}=[ \t]{0,3}"
+    r"(?:\\{0,3}[\"'])?" + NOT_REDACTED + r"(?P<secret>[A-Za-z0-9+/]{8,1000}+={0,2})(?![^\s\"'\\])"
+)
+
+# A ``Cookie`` or ``Set-Cookie`` header's value (a session's cookies), in a request's or a
+# response's dump or as a JSON entry (``"Cookie": "sid=…"``): to the line's end or its
+# string's closing quote, when it begins with a cookie's ``name=`` (``the cookie: a small
+# cake`` is prose, ``cookie: Cookie`` a type); a first value in double quotes
+# (``sid="…"``, as a cookie may be written) is read through them.
+COOKIE = (
+    r"(?i)(?:(?<![a-z0-9_\-])|(?<=set-))cookie(?:\\{0,3}[\"'])?[ \t]{0,3}:[ \t]{0,3}"
+    r"(?:\\{0,3}[\"'])?" + NOT_REDACTED + r"(?P<secret>[^\s;=\"'\\]{1,256}="
+    r"(?:\"[^\r\n\"\\]{0,4096}\"(?=[;\s]|\Z))?[^\r\n\"'\\]{0,4096})"
+)
+
+# An Azure storage connection string's ``AccountKey=…;`` (its ``SharedAccessKey`` is the
+# keyed pass's ``accesskey``), spaced or quoted, or a JSON entry's (``"AccountKey": "…"``).
+ACCOUNT_KEY = (
+    r"(?i)(?<![a-z0-9])accountkey(?:[ \t]{0,8}=[ \t]{0,3}(?:\\{0,3}[\"'])?"
+    r"|\\{0,3}[\"'][ \t]{0,3}:[ \t]{0,3}\\{0,3}[\"'])"
+    + NOT_REDACTED
+    + r"(?P<secret>[^;\s\"'\\]{1,1000})"
+)
+
+# A keyed pair %-encoded once or twice (``token%3D…``, ``%253D``: a URL that is a query's
+# parameter), after its key: the value to the next encoded ``&`` (the keyed pass's
+# separator, so it costs no try of its own).
+ENCODED_VALUE = (
+    r"%(?:25)?3d(?!%(?:25)?5bredacted)"
+    r"(?P<secret11>(?:[a-z0-9_.~+\-]|%(?!(?:25)?26)[0-9a-f]{2}){1,500})"
+)
+
+# ``curl``'s cookies on its command line (``-b 'sid=…; theme=dark'``, ``--cookie sid=…``):
+# a quoted value to its closing quote, a bare one to the next blank. ``-b`` only quoted
+# (a bare ``-b `` is in too many commands, ``git checkout -b``, to look for); a file's name
+# (``--cookie cookies.txt``) has no ``=`` and stays.
+CURL_COOKIE = (
+    r"(?<![\w-])(?:-b[ \t][\\'\"](?:(?<=\\)\\{0,2}['\"])?"
+    r"|--cookie[ \t=][ \t]{0,3}(?:\\{0,3}['\"])?)"
+    r"(?:(?<=['\"])"
+    + NOT_REDACTED
+    + r"(?P<secret>[^\s;=\"'\\]{1,256}=[^\r\n\"'\\]{0,4096})|(?<!['\"])"
+    + NOT_REDACTED
+    + r"(?P<secret2>[^\s;=\"'\\]{1,256}=[^\s\"'\\]{0,4096}))"
+)
+
+IN_SYNTAX: tuple[str, ...] = (CURL_USER, NPM_AUTH, COOKIE, ACCOUNT_KEY, CURL_COOKIE)
+"""Built-in patterns for credentials in a command's, a file's or a header's syntax."""
 
 SHAPED: tuple[str, ...] = (
     # PEM private key blocks, whole, across lines. The body holds no run of five dashes,

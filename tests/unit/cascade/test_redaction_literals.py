@@ -11,9 +11,16 @@ from hypothesis import given, settings, strategies as st
 
 from bench.redaction_speed import before
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
-from proxy.cascade.redaction_scan import candidates, fold, plan_of, scanner_for
+from proxy.cascade.redaction_scan import (
+    MAX_LITERALS,
+    candidates,
+    fold,
+    plan_of,
+    scanner_for,
+)
 
 PATTERNS = compile_patterns(())
+KEYED = 24  # the keyed pass: ``password=…``
 _reference_redact = before  # the plain loop: every pattern's subn, in order
 
 
@@ -39,7 +46,8 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ("eyJ",),
         # a URL path's secret (Telegram, Slack, Discord): from its host's domain
         ("discord.com", "discordapp.com", "slack.com", "telegram.org"),
-        # a URL's password, its slashes bare or escaped once or more (never ``C:\\\\Users``)
+        # a URL's password, or a token as its user, its slashes bare or escaped once or more
+        # (never ``C:\\\\Users``)
         ("://", ":\\/\\/", ":\\\\/", ":\\\\\\"),
         ("bearer\t", "bearer "),
         starts[19],
@@ -48,20 +56,43 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         # keyed pass's ``secret`` begins ``secret key``)
         tuple(
             sorted(
-                {*starts[-1], "authorization", "access key", "api key", "auth key", "private key"}
+                {
+                    *starts[KEYED],
+                    "authorization",
+                    "access key",
+                    "api key",
+                    "auth key",
+                    "private key",
+                }
             )
         ),
         # the same pair, its value first (``{"value": …, "name": "DB_PASSWORD"}``)
         ("value",),
         # a key and value in a block indicator's comment, from the block's key
-        starts[-1],
-        starts[-1],
+        starts[KEYED],
+        starts[KEYED],
+        # curl's basic auth, an .npmrc's _auth, a cookie header, an Azure account key
+        (
+            *("--proxy-user\t", "--proxy-user ", "--proxy-user="),
+            *("--user\t", "--user ", "--user=", "-U\t", "-U ", '-U"', "-U'"),
+            *("-u\t", "-u ", '-u"', "-u'"),
+        ),
+        ("_auth",),
+        ("cookie",),
+        ("accountkey",),
+        # curl's cookies on its command line
+        (
+            *("--cookie\t", "--cookie ", "--cookie="),
+            *('-b\t"', "-b\t'", "-b\t\\", '-b "', "-b '", "-b \\"),
+        ),
+        # a bare ``pass`` after another word (``DB_PASS``), from the separator before it
+        ("-pass", ".pass", "_pass"),
     ]
     assert starts[19] == ("secret",)  # its ``aws`` read behind: the keyed pass's literal
     assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
-        starts[-1]
+        starts[KEYED]
     )
-    assert [plan_of(p).folded for p in PATTERNS].count(True) == 8
+    assert [plan_of(p).folded for p in PATTERNS].count(True) == 11
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
     assert plan_of(PATTERNS[17]).keys == {
         "://": None,
@@ -69,19 +100,46 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         ":\\\\/": None,
         ":\\\\\\": None,
     }
-    # One automaton holds them all, lowercased: 24 literals read in one pass, not 24.
+    # The built-in patterns' literals, lowercased, in automata read in one pass each.
     scanner = scanner_for(PATTERNS)
-    # At most 64: past that the automaton gives up its packed (SIMD) search and reads a text
-    # several times slower (docs/perf.md); a new pattern shares a literal or frees one.
-    assert len(scanner.literals) <= 64, "past 64 literals every text scans ~6x slower"
-    # README Decisions says which it holds and why: a change to the set is measured.
-    assert len(scanner.literals) == 64
     assert set(scanner.literals) == {s.lower() for plan in starts for s in plan}
+    # At most 64 in each: past that an automaton gives up its packed (SIMD) search and reads
+    # a text several times slower (docs/perf.md). The first holds the literals of the
+    # patterns that come first, as many as fit; its set is measured (README Decisions).
+    assert all(len(a.literals) <= MAX_LITERALS == 64 for a in scanner.automata)
+    assert len(scanner.automata[0].literals) == 64
+    assert set(scanner.automata[1].literals) == {
+        "-u ",
+        "-u\t",
+        '-u"',
+        "-u'",
+        "--cookie ",
+        "--cookie\t",
+        "--cookie=",
+        "-b '",
+        '-b "',
+        "-b \\",
+        "-b\t'",
+        '-b\t"',
+        "-b\t\\",
+        "--user ",
+        "--user\t",
+        "--user=",
+        "_auth",
+        "cookie",
+        "accountkey",
+        "--proxy-user ",
+        "--proxy-user\t",
+        "--proxy-user=",
+        "_pass",
+        ".pass",
+        "-pass",
+    }
     text = "x AKIA akia ghp_ ghx_ Token"
     found = scanner.find(text)
     assert found["akia"] == [2, 7] and found["ghp_"] == [12] and found["token"] == [22]
     assert candidates(found, text, plan_of(PATTERNS[5]), 100) == [2]  # case-sensitive: exact only
-    assert candidates(found, text, plan_of(PATTERNS[-1]), 100) == [22]
+    assert candidates(found, text, plan_of(PATTERNS[KEYED]), 100) == [22]
 
 
 def test_non_ascii_start_literals_make_a_plain_scan() -> None:
@@ -117,7 +175,7 @@ def test_fold_keeps_positions_of_every_case_insensitive_ascii_match() -> None:
 
 def test_dense_literals_fall_back_to_one_scan_with_the_same_result() -> None:
     text = "password " * 5000 + "token=abc123 " + "api_key" * 3000 + ": x"
-    plan = plan_of(PATTERNS[-1])
+    plan = plan_of(PATTERNS[KEYED])
     found = scanner_for(PATTERNS).find(text)
     assert candidates(found, text, plan, len(text) // 32 + 16) is None
     assert redact(text, PATTERNS) == _reference_redact(text, PATTERNS)
@@ -191,9 +249,50 @@ def test_find_reports_a_literal_overlapping_itself(text: str) -> None:
     assert redact(text, pats) == _reference_redact(text, pats)
 
 
+# Many more literals than the automaton's packed search holds: configured patterns that
+# begin with one of 150 distinct words, sharing prefixes in groups, and the defaults'.
+_MANY = compile_patterns(
+    [rf"(?i)kw{i:03d}x=\w+" for i in range(100)] + [rf"Tag{i:02d}:\d+" for i in range(50)]
+)
+_MANY_PIECES = st.sampled_from(
+    ["kw0", "KW01", "07x=", "kw099x=z9", "Tag3", "tag31:7", "Tag49:1", "token=q1", "sk-", "x", " "]
+)
+
+
+def test_past_64_literals_each_automaton_holds_at_most_64() -> None:
+    scanner = scanner_for(_MANY)
+    assert len(scanner.literals) > 200
+    assert [len(a.literals) for a in scanner.automata] == [64, 64, 64, 47]
+    # The built-in patterns' literals come first: their automaton is the one they have alone.
+    assert scanner.automata[0].literals == scanner_for(PATTERNS).automata[0].literals
+
+
+@given(st.lists(_MANY_PIECES, max_size=30).map("".join))
+@settings(max_examples=200, deadline=None)
+def test_literals_sharing_a_key_are_each_found_where_they_begin(text: str) -> None:
+    scanner = scanner_for(_MANY)
+    assert scanner.find(text) == _every_start(scanner, text)
+    assert redact(text, _MANY) == _reference_redact(text, _MANY)
+
+
 def test_case_sensitive_starts_that_lowercase_alike_keep_only_exact_hits() -> None:
     pats = compile_patterns([r"(?:AB|ab)\d", r"(?i)cd\d"], use_defaults=False)
     assert plan_of(pats[0]).keys == {"ab": ("AB", "ab")} and plan_of(pats[1]).keys == {"cd": None}
     text = "Ab1 AB2 ab3 aB4 Cd5"
     assert redact(text, pats) == _reference_redact(text, pats)
     assert redact(text, pats) == (f"Ab1 {REDACTED} {REDACTED} aB4 {REDACTED}", 3)
+
+
+# Configured literals past the defaults' first automaton that begin inside one another
+# (``abab`` inside ``xabab``, ``bab`` inside ``abab``, ``aa`` inside itself): the starts a
+# later automaton's leftmost-first search skips are checked there too.
+_SPILLED = compile_patterns([r"(?i)xabab\d", r"abab\d", r"(?i)bab", r"aa\d"])
+
+
+@given(st.text(alphabet="abx1", max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_a_later_automaton_reports_literals_inside_its_matches(text: str) -> None:
+    scanner = scanner_for(_SPILLED)
+    assert {"xabab", "abab", "bab", "aa"} <= set(scanner.automata[-1].literals)
+    assert scanner.find(text) == _every_start(scanner, text)
+    assert redact(text, _SPILLED) == _reference_redact(text, _SPILLED)
