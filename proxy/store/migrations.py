@@ -5,8 +5,10 @@ its own transaction, recorded with its checksum in ``schema_migrations``.
 connections register the pgvector codec, and the vector type exists only after 0001. A
 transaction-scoped advisory lock serialises replicas that start together, and an applied
 file whose checksum changed refuses the start (``shipped.py`` lists the earlier texts still
-accepted). A migration that waits long for a table's lock gives way and is tried again, so
-the replicas serving meanwhile are not held behind it.
+accepted). A release older than the schema serves it with a warning, unless a migration set
+the ledger's floor past it (:data:`FLOOR`): then it refuses. A migration that waits long for
+a table's lock gives way and is tried again, so the replicas serving meanwhile are not held
+behind it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ import asyncpg
 from proxy.store.db import DatabaseUnavailable, PoolerMismatch, connect, connection_lost
 from proxy.store.shipped import shipped_earlier
 
-__all__ = ["MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
+__all__ = ["FLOOR", "MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
 
 log = logging.getLogger("cascade")
 
@@ -68,22 +71,41 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-async def _warn_if_newer(conn: asyncpg.Connection, last: int) -> None:
-    """One warning when the ledger holds migrations past this release's last: a newer
-    release migrated the database (a rollback, or an old replica in a rolling upgrade).
-    Not a refusal, which would stop the old replicas of a rollout as they restart; the
-    operator learns that this code runs on a schema it was not written for."""
+FLOOR = re.compile(r"cascade: serves from (\d{4})")
+"""The ledger's comment a migration sets when code before it cannot serve the schema it
+leaves (``COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0040'``: a function
+dropped, a column an old write would leave wrong). Migrations are expand-only otherwise, so
+an older release beside a newer schema keeps working, and only the floor refuses it."""
+
+
+async def _check_newer(conn: asyncpg.Connection, last: int, last_name: str) -> None:
+    """Refuse, naming both versions, when the ledger's floor (:data:`FLOOR`) is past this
+    release's last migration; else one warning when the ledger holds migrations past it: a
+    newer release migrated the database (a rollback, or an old replica in a rolling upgrade).
+    The warning is no refusal, which would stop the old replicas of a rollout as they
+    restart on a schema still written to serve them."""
     newer = await conn.fetch(
         "SELECT name FROM schema_migrations WHERE version > $1 ORDER BY version", last
     )
-    if newer:
-        log.warning(
-            "the database holds %d migrations this release does not have (%s): a newer"
-            " release migrated it; run that release, since this one was not written for"
-            " its schema (README: Upgrading)",
-            len(newer),
-            ", ".join(r["name"] for r in newer),
+    if not newer:
+        return
+    names = [r["name"] for r in newer]
+    comment = await conn.fetchval("SELECT obj_description('schema_migrations'::regclass)")
+    floor = FLOOR.search(comment or "")
+    if floor and int(floor[1]) > last:
+        raise MigrationError(
+            f"the database's schema (migrated to {names[-1]}) is served only by a release"
+            f" with migration {floor[1]} or later, and this release's last is {last_name}:"
+            " run the newer release, or restore the backup taken before the upgrade"
+            " (README: Upgrading)"
         )
+    log.warning(
+        "the database holds %d migrations this release does not have (%s): a newer"
+        " release migrated it; run that release, since this one was not written for"
+        " its schema (README: Upgrading)",
+        len(names),
+        ", ".join(names),
+    )
 
 
 async def run_migrations(
@@ -137,7 +159,7 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
         for version, name, text in files:
             if await _apply_one(conn, version, name, text, setting):
                 applied.append(name)
-        await _warn_if_newer(conn, files[-1][0])
+        await _check_newer(conn, files[-1][0], files[-1][1])
     except asyncpg.PostgresError as exc:
         _raise_if_lost(exc, setting)
         PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails

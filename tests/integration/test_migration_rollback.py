@@ -1,0 +1,107 @@
+"""An older release on a schema a newer one migrated, and replicas that migrate together.
+
+Migrations are expand-only unless one sets the ledger's floor (``migrations.FLOOR``): an
+older release beside a newer schema keeps serving with a warning (a rolling upgrade, a
+rollback), and one below the floor refuses to start in one line naming both versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from proxy.store.migrations import MIGRATIONS_DIR, MigrationError, run_migrations
+from tests.integration.conftest import execute
+
+
+def _tree(tmp_path: Path, *bodies: str) -> Path:
+    for i, body in enumerate(bodies, 1):
+        (tmp_path / f"{i:04d}_m{i}.sql").write_text(body)
+    return tmp_path
+
+
+async def test_a_release_below_the_floor_refuses_naming_both_versions(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A newer release whose migration 0003 breaks older code sets the floor to 0003: the
+    release whose last is 0002 (a rollback) refuses, naming the schema's newest migration,
+    the floor and its own last, and writes nothing."""
+    floor = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0003'"
+    tree = _tree(tmp_path, "CREATE TABLE a (x int)", "CREATE TABLE b (y int)", floor)
+    await run_migrations(empty_db_dsn, tree)
+    (tree / "0003_m3.sql").unlink()
+    with pytest.raises(MigrationError) as refused:
+        await run_migrations(empty_db_dsn, tree)
+    assert str(refused.value) == (
+        "the database's schema (migrated to 0003_m3.sql) is served only by a release with"
+        " migration 0003 or later, and this release's last is 0002_m2.sql: run the newer"
+        " release, or restore the backup taken before the upgrade (README: Upgrading)"
+    )
+    (tree / "0003_m3.sql").write_text(floor)  # the release that set it starts
+    assert await run_migrations(empty_db_dsn, tree) == []
+
+
+async def test_a_newer_schema_without_a_floor_past_the_release_only_warns(
+    empty_db_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expand-only migrations past an older floor (0002) leave a release at 0002 serving:
+    the old replicas of a rolling upgrade restart beside the new ones."""
+    floor = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002'"
+    tree = _tree(tmp_path, "CREATE TABLE a (x int)", floor, "CREATE TABLE c (z int)")
+    await run_migrations(empty_db_dsn, tree)
+    (tree / "0003_m3.sql").unlink()
+    caplog.set_level(logging.WARNING, logger="cascade")
+    assert await run_migrations(empty_db_dsn, tree) == []
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith("the database holds 1 migrations this release does not have")
+
+
+def test_migrate_on_a_schema_past_this_release_is_one_line_and_status_2(
+    empty_db_dsn: str,
+) -> None:
+    """What an operator rolling back past a floor sees from ``cascade-proxy migrate`` (and
+    ``serve``, whose refusals take the same path): one line, no traceback, nothing written."""
+    asyncio.run(run_migrations(empty_db_dsn))
+    last = sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql"))[-1].name
+    asyncio.run(
+        execute(
+            empty_db_dsn,
+            "INSERT INTO schema_migrations(version, name, checksum)"
+            " VALUES (9999, '9999_future.sql', 'x')",
+            "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 9999'",
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "DATABASE_"))}
+    run = subprocess.run(
+        [sys.executable, "-m", "proxy", "migrate", "--database-url", empty_db_dsn],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert "migrated to 9999_future.sql" in lines[0]
+    assert f"migration 9999 or later, and this release's last is {last}" in lines[0]
+
+
+async def test_replicas_starting_together_apply_each_migration_once(empty_db_dsn: str) -> None:
+    """Three starts at once on an empty database: the advisory lock serialises them, each
+    migration is applied by exactly one, and every start ends on the whole schema."""
+    runs = await asyncio.gather(*(run_migrations(empty_db_dsn) for _ in range(3)))
+    files = sorted(p.name for p in MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+    assert sorted(name for run in runs for name in run) == files
+    conn = await asyncpg.connect(empty_db_dsn)
+    try:
+        ledger = await conn.fetch("SELECT name FROM schema_migrations ORDER BY version")
+    finally:
+        await conn.close()
+    assert [r["name"] for r in ledger] == files
