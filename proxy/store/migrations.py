@@ -72,10 +72,47 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
 
 
 FLOOR = re.compile(r"cascade: serves from (\d{4})")
-"""The ledger's comment a migration sets when code before it cannot serve the schema it
-leaves (``COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0040'``: a function
-dropped, a column an old write would leave wrong). Migrations are expand-only otherwise, so
-an older release beside a newer schema keeps working, and only the floor refuses it."""
+"""The ledger's comment a migration sets when releases before NNNN (their newest migration)
+cannot serve the schema it leaves (``COMMENT ON TABLE schema_migrations IS 'cascade: serves
+from 0040'``: a function dropped, a column an old write would leave wrong). Migrations are
+expand-only otherwise, so an older release beside a newer schema keeps working, and only the
+floor refuses it."""
+
+
+_BROKE_OLDER = frozenset({6, 16, 18, 19, 20})
+"""Migrations that drop a function the release before them calls (README: Upgrading), each a
+floor at its own number; a later one that breaks older code sets the floor (:data:`FLOOR`)."""
+
+
+def _floor_of(version: int, text: str) -> int | None:
+    """The oldest release (by its last migration) that still serves once this one ran."""
+    if version in _BROKE_OLDER:
+        return version
+    floor = FLOOR.search(text)
+    return int(floor[1]) if floor else None
+
+
+async def _refuse_beside_older(conn: asyncpg.Connection, name: str, floor: int) -> None:
+    """Refuse ``serve``'s start before a migration whose floor is past the release that
+    migrated this database, when it holds sessions: that release's replicas may still serve
+    them, and would fail every chat from the migration on. An empty database (a fresh
+    deployment, its replicas starting together) is migrated as ever; ``cascade-proxy
+    migrate`` always is."""
+    newest = await conn.fetchrow(
+        "SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
+    )
+    if newest is None or newest["version"] >= floor:
+        return
+    if await conn.fetchval("SELECT to_regclass('sessions')") is None:
+        return
+    if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
+        return
+    raise MigrationError(
+        f"migration {name} breaks the release that migrated this database (to"
+        f" {newest['name']}), whose replicas may still serve its sessions, so serve does not"
+        " apply it: stop every replica of that release, run `cascade-proxy migrate` with"
+        " this one, then start it (README: Upgrading)"
+    )
 
 
 async def _check_newer(conn: asyncpg.Connection, last: int, last_name: str) -> None:
@@ -109,7 +146,12 @@ async def _check_newer(conn: asyncpg.Connection, last: int, last_name: str) -> N
 
 
 async def run_migrations(
-    dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
+    dsn: str,
+    directory: Path | None = None,
+    *,
+    setting: str = "DATABASE_URL",
+    serving: bool = False,
+    **connect_kwargs: Any,
 ) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
@@ -119,9 +161,11 @@ async def run_migrations(
     after it: a replica that waited finds the migration applied and skips it. Nothing
     outlives a transaction, so this works through a transaction-mode pooler too.
     ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
+    ``serving``: ``serve``'s start, which stops before a migration that breaks older code on
+    a database holding sessions (:func:`_refuse_beside_older`).
     """
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
-    applying = asyncio.ensure_future(_apply(conn, directory, setting))
+    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving))
     try:
         return await asyncio.shield(applying)
     except asyncio.CancelledError:
@@ -148,7 +192,9 @@ async def _take_turn(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
 
 
-async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str) -> list[str]:
+async def _apply(
+    conn: asyncpg.Connection, directory: Path | None, setting: str, serving: bool
+) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
     try:
@@ -157,7 +203,7 @@ async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str)
             await conn.execute(CREATE_LEDGER)
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
-            if await _apply_one(conn, version, name, text, setting):
+            if await _apply_one(conn, version, name, text, setting, serving):
                 applied.append(name)
         await _check_newer(conn, files[-1][0], files[-1][1])
     except asyncpg.PostgresError as exc:
@@ -188,7 +234,7 @@ def _raise_if_lost(exc: Exception, setting: str, conn: asyncpg.Connection | None
 
 
 async def _apply_one(
-    conn: asyncpg.Connection, version: int, name: str, text: str, setting: str
+    conn: asyncpg.Connection, version: int, name: str, text: str, setting: str, serving: bool
 ) -> bool:
     """Apply one migration unless the ledger has it; whether it was applied here. A statement
     that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
@@ -209,6 +255,8 @@ async def _apply_one(
                             "add a new migration instead of editing an old one"
                         )
                     return False
+                if serving and (floor := _floor_of(version, text)) is not None:
+                    await _refuse_beside_older(conn, name, floor)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from proxy.app import create_app
+from proxy.settings import Settings
 from proxy.store.migrations import MIGRATIONS_DIR, MigrationError, run_migrations
 from tests.integration.conftest import execute
 
@@ -93,10 +96,58 @@ def test_migrate_on_a_schema_past_this_release_is_one_line_and_status_2(
     assert f"migration 9999 or later, and this release's last is {last}" in lines[0]
 
 
+async def test_serve_stops_before_a_migration_breaking_the_release_that_serves_the_database(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A database a release at 0019 migrated and serves: 0020 drops the function its chats
+    call, so ``serve`` (a rolling upgrade's first new replica) refuses before it, naming it and
+    the release, writing nothing; ``migrate`` (the operator, old replicas stopped) applies
+    it, and ``serve`` starts after."""
+    for path in sorted(MIGRATIONS_DIR.glob("00[01][0-9]_*.sql")):
+        shutil.copy(path, tmp_path / path.name)
+    await run_migrations(empty_db_dsn, tmp_path)
+    await execute(empty_db_dsn, "INSERT INTO sessions(tenant, id) VALUES ('t', 'old')")
+    app = create_app(Settings(database_url=empty_db_dsn, watch_config=False))
+    with pytest.raises(MigrationError) as refused:
+        async with app.router.lifespan_context(app):
+            pytest.fail("serve was to refuse")
+    assert str(refused.value).startswith(
+        "migration 0020_begin_step_v5.sql breaks the release that migrated this database"
+        " (to 0019_append_v1.sql), whose replicas may still serve its sessions, so serve does"
+        " not apply it: stop every replica of that release, run `cascade-proxy migrate`"
+    ), refused.value
+    assert await run_migrations(empty_db_dsn, tmp_path) == []  # still at 0019
+    assert (await run_migrations(empty_db_dsn))[0] == "0020_begin_step_v5.sql"
+    assert await run_migrations(empty_db_dsn, serving=True) == []
+
+
+async def test_serve_stops_before_a_migration_that_raises_the_floor(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A later breaking migration says so by setting the floor, and serve stops before it
+    the same way on a database holding sessions that a release below the floor migrated; on
+    one without sessions, or migrated by a release at the floor, it applies it."""
+    floor = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002'"
+    tree = _tree(tmp_path, "CREATE TABLE sessions (id text)")
+    await run_migrations(empty_db_dsn, tree)
+    _tree(tmp_path, "CREATE TABLE sessions (id text)", floor)
+    await execute(empty_db_dsn, "INSERT INTO sessions VALUES ('old')")
+    with pytest.raises(MigrationError, match=r"^migration 0002_m2\.sql breaks the release"):
+        await run_migrations(empty_db_dsn, tree, serving=True)
+    await execute(empty_db_dsn, "DELETE FROM sessions")
+    assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0002_m2.sql"]
+    # one that still serves the release at 0002 (an old function dropped only once no
+    # release at or past the floor calls it) does not stop serve beside that release
+    await execute(empty_db_dsn, "INSERT INTO sessions VALUES ('old')")
+    _tree(tmp_path, "CREATE TABLE sessions (id text)", floor, floor)
+    assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0003_m3.sql"]
+
+
 async def test_replicas_starting_together_apply_each_migration_once(empty_db_dsn: str) -> None:
     """Three starts at once on an empty database: the advisory lock serialises them, each
-    migration is applied by exactly one, and every start ends on the whole schema."""
-    runs = await asyncio.gather(*(run_migrations(empty_db_dsn) for _ in range(3)))
+    migration is applied by exactly one (none stops before a breaking one: there are no
+    sessions yet), and every start ends on the whole schema."""
+    runs = await asyncio.gather(*(run_migrations(empty_db_dsn, serving=True) for _ in range(3)))
     files = sorted(p.name for p in MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql"))
     assert sorted(name for run in runs for name in run) == files
     conn = await asyncpg.connect(empty_db_dsn)
