@@ -27,7 +27,14 @@ import asyncpg
 from proxy.store.db import DatabaseUnavailable, PoolerMismatch, connect, connection_lost
 from proxy.store.shipped import shipped_earlier
 
-__all__ = ["FLOOR", "MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
+__all__ = [
+    "FLOOR",
+    "MIGRATIONS_DIR",
+    "MigrationError",
+    "floor_of",
+    "find_migrations",
+    "run_migrations",
+]
 
 log = logging.getLogger("cascade")
 
@@ -79,12 +86,13 @@ expand-only otherwise, so an older release beside a newer schema keeps working, 
 floor refuses it."""
 
 
-_BROKE_OLDER = frozenset({6, 16, 18, 19, 20})
-"""Migrations that drop a function the release before them calls (README: Upgrading), each a
-floor at its own number; a later one that breaks older code sets the floor (:data:`FLOOR`)."""
+_BROKE_OLDER = frozenset({6, 15, 16, 18, 19, 20})
+"""Migrations that drop a function or a table the release before them calls (README:
+Upgrading), each a floor at its own number; a later one that breaks older code sets the floor
+(:data:`FLOOR`) in its text."""
 
 
-def _floor_of(version: int, text: str) -> int | None:
+def floor_of(version: int, text: str) -> int | None:
     """The oldest release (by its last migration) that still serves once this one ran."""
     if version in _BROKE_OLDER:
         return version
@@ -255,7 +263,7 @@ async def _apply_one(
                             "add a new migration instead of editing an old one"
                         )
                     return False
-                if serving and (floor := _floor_of(version, text)) is not None:
+                if serving and (floor := floor_of(version, text)) is not None:
                     await _refuse_beside_older(conn, name, floor)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
