@@ -11,14 +11,13 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from proxy.app import create_app
+from proxy.cli import main
 from proxy.settings import Settings
 from proxy.store.migrations import MIGRATIONS_DIR, MigrationError, run_migrations
 from tests.integration.conftest import execute
@@ -67,7 +66,7 @@ async def test_a_newer_schema_without_a_floor_past_the_release_only_warns(
 
 
 def test_migrate_on_a_schema_past_this_release_is_one_line_and_status_2(
-    empty_db_dsn: str,
+    empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What an operator rolling back past a floor sees from ``cascade-proxy migrate`` (and
     ``serve``, whose refusals take the same path): one line, no traceback, nothing written."""
@@ -81,17 +80,11 @@ def test_migrate_on_a_schema_past_this_release_is_one_line_and_status_2(
             "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 9999'",
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "DATABASE_"))}
-    run = subprocess.run(
-        [sys.executable, "-m", "proxy", "migrate", "--database-url", empty_db_dsn],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert run.returncode == 2, run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1, run.stderr
+    for name in [k for k in os.environ if k.startswith(("CASCADE_", "DATABASE_"))]:
+        monkeypatch.delenv(name)
+    assert main(["migrate", "--database-url", empty_db_dsn]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
     assert "migrated to 9999_future.sql" in lines[0]
     assert f"migration 9999 or later, and this release's last is {last}" in lines[0]
 
