@@ -100,26 +100,49 @@ def floor_of(version: int, text: str) -> int | None:
     return int(floor[1]) if floor else None
 
 
-async def _refuse_beside_older(conn: asyncpg.Connection, name: str, floor: int) -> None:
+MIGRATOR = "cascade-proxy migrations"
+"""The ``application_name`` of the runner's connection: a replica starting beside this one,
+waiting for its turn, is no replica serving."""
+
+_OTHERS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND usesysid IS NOT NULL
+  AND coalesce(backend_type, 'client backend') = 'client backend'
+  AND application_name IS DISTINCT FROM $1
+"""
+"""Other clients of this database (another role's backend type reads as null): a running
+replica holds its pool's connections and its listener's."""
+
+
+async def _refuse_beside_older(
+    conn: asyncpg.Connection, name: str, floor: int, beside: asyncpg.Record, pooled: bool
+) -> None:
     """Refuse ``serve``'s start before a migration whose floor is past the release that
-    migrated this database, when it holds sessions: that release's replicas may still serve
-    them, and would fail every chat from the migration on. An empty database (a fresh
-    deployment, its replicas starting together) is migrated as ever; ``cascade-proxy
-    migrate`` always is."""
-    newest = await conn.fetchrow(
-        "SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
-    )
-    if newest is None or newest["version"] >= floor:
+    migrated this database (``beside``, the ledger's newest before this start: what this
+    start applied serves that release too), when it holds sessions and other clients are
+    connected to it: that release's replicas may still serve them, and would fail every chat
+    from the migration on. With no other client (the one replica restarted on the new
+    release, ``make run``, Compose recreating the container) or no session (a fresh
+    deployment, its replicas starting together) it is migrated as ever; ``cascade-proxy
+    migrate`` always is. Behind a transaction pooler (``pooled``) the other clients are not
+    seen, and a database holding sessions is enough."""
+    if beside["version"] >= floor:
         return
     if await conn.fetchval("SELECT to_regclass('sessions')") is None:
         return
     if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
         return
+    if pooled:  # an idle client of a transaction pooler holds no server connection
+        seen = "behind a transaction pooler, which hides them"
+    elif others := await conn.fetchval(_OTHERS, MIGRATOR):
+        seen = f"{others} other connections to it"
+    else:
+        return
     raise MigrationError(
         f"migration {name} breaks the release that migrated this database (to"
-        f" {newest['name']}), whose replicas may still serve its sessions, so serve does not"
-        " apply it: stop every replica of that release, run `cascade-proxy migrate` with"
-        " this one, then start it (README: Upgrading)"
+        f" {beside['name']}), whose replicas may still serve its sessions ({seen}), so serve"
+        " does not apply it: stop every replica of that release, run `cascade-proxy migrate`"
+        " with this one, then start it (README: Upgrading)"
     )
 
 
@@ -170,10 +193,13 @@ async def run_migrations(
     outlives a transaction, so this works through a transaction-mode pooler too.
     ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
     ``serving``: ``serve``'s start, which stops before a migration that breaks older code on
-    a database holding sessions (:func:`_refuse_beside_older`).
+    a database holding sessions while other clients are connected (:func:`_refuse_beside_older`).
     """
+    connect_kwargs.setdefault("server_settings", {"application_name": MIGRATOR})
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
-    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving))
+    # pooler_kwargs turns the statement cache off behind a transaction pooler
+    pooled = connect_kwargs.get("statement_cache_size") == 0
+    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving, pooled))
     try:
         return await asyncio.shield(applying)
     except asyncio.CancelledError:
@@ -201,7 +227,7 @@ async def _take_turn(conn: asyncpg.Connection) -> None:
 
 
 async def _apply(
-    conn: asyncpg.Connection, directory: Path | None, setting: str, serving: bool
+    conn: asyncpg.Connection, directory: Path | None, setting: str, serving: bool, pooled: bool
 ) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
@@ -209,9 +235,13 @@ async def _apply(
         async with conn.transaction():
             await _take_turn(conn)
             await conn.execute(CREATE_LEDGER)
+            newest = await conn.fetchrow(
+                "SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
+            )
+        beside = newest if serving else None
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
-            if await _apply_one(conn, version, name, text, setting, serving):
+            if await _apply_one(conn, version, name, text, setting, beside, pooled):
                 applied.append(name)
         await _check_newer(conn, files[-1][0], files[-1][1])
     except asyncpg.PostgresError as exc:
@@ -242,11 +272,19 @@ def _raise_if_lost(exc: Exception, setting: str, conn: asyncpg.Connection | None
 
 
 async def _apply_one(
-    conn: asyncpg.Connection, version: int, name: str, text: str, setting: str, serving: bool
+    conn: asyncpg.Connection,
+    version: int,
+    name: str,
+    text: str,
+    setting: str,
+    beside: asyncpg.Record | None,
+    pooled: bool,
 ) -> bool:
     """Apply one migration unless the ledger has it; whether it was applied here. A statement
     that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
-    back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time)."""
+    back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time).
+    ``beside``: on ``serve``'s start, the ledger's newest migration before it, the release
+    that may still serve the database (:func:`_refuse_beside_older`)."""
     checksum = hashlib.sha256(text.encode()).hexdigest()
     first = True
     while True:
@@ -263,8 +301,8 @@ async def _apply_one(
                             "add a new migration instead of editing an old one"
                         )
                     return False
-                if serving and (floor := floor_of(version, text)) is not None:
-                    await _refuse_beside_older(conn, name, floor)
+                if beside is not None and (floor := floor_of(version, text)) is not None:
+                    await _refuse_beside_older(conn, name, floor, beside, pooled)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))

@@ -89,51 +89,78 @@ def test_migrate_on_a_schema_past_this_release_is_one_line_and_status_2(
     assert f"migration 9999 or later, and this release's last is {last}" in lines[0]
 
 
+async def _at_0019_with_a_session(dsn: str, tree: Path) -> None:
+    for path in sorted(MIGRATIONS_DIR.glob("00[01][0-9]_*.sql")):
+        shutil.copy(path, tree / path.name)
+    await run_migrations(dsn, tree)
+    await execute(dsn, "INSERT INTO sessions(tenant, id) VALUES ('t', 'old')")
+
+
 async def test_serve_stops_before_a_migration_breaking_the_release_that_serves_the_database(
     empty_db_dsn: str, tmp_path: Path
 ) -> None:
-    """A database a release at 0019 migrated and serves: 0020 drops the function its chats
-    call, so ``serve`` (a rolling upgrade's first new replica) refuses before it, naming it and
-    the release, writing nothing; ``migrate`` (the operator, old replicas stopped) applies
-    it, and ``serve`` starts after."""
-    for path in sorted(MIGRATIONS_DIR.glob("00[01][0-9]_*.sql")):
-        shutil.copy(path, tmp_path / path.name)
-    await run_migrations(empty_db_dsn, tmp_path)
-    await execute(empty_db_dsn, "INSERT INTO sessions(tenant, id) VALUES ('t', 'old')")
+    """A database a release at 0019 migrated and serves (its pool's connection open): 0020
+    drops the function its chats call, so ``serve`` (a rolling upgrade's first new replica)
+    refuses before it, naming it and the release, writing nothing; ``migrate`` (the
+    operator, old replicas stopped) applies it, and ``serve`` starts after."""
+    await _at_0019_with_a_session(empty_db_dsn, tmp_path)
     app = create_app(Settings(database_url=empty_db_dsn, watch_config=False))
-    with pytest.raises(MigrationError) as refused:
-        async with app.router.lifespan_context(app):
-            pytest.fail("serve was to refuse")
+    old_replica = await asyncpg.connect(empty_db_dsn)
+    try:
+        with pytest.raises(MigrationError) as refused:
+            async with app.router.lifespan_context(app):
+                pytest.fail("serve was to refuse")
+    finally:
+        await old_replica.close()
     assert str(refused.value).startswith(
         "migration 0020_begin_step_v5.sql breaks the release that migrated this database"
-        " (to 0019_append_v1.sql), whose replicas may still serve its sessions, so serve does"
-        " not apply it: stop every replica of that release, run `cascade-proxy migrate`"
+        " (to 0019_append_v1.sql), whose replicas may still serve its sessions (1 other"
+        " connections to it), so serve does not apply it: stop every replica of that release,"
+        " run `cascade-proxy migrate`"
     ), refused.value
     assert await run_migrations(empty_db_dsn, tmp_path) == []  # still at 0019
     assert (await run_migrations(empty_db_dsn))[0] == "0020_begin_step_v5.sql"
     assert await run_migrations(empty_db_dsn, serving=True) == []
 
 
+async def test_serve_applies_a_breaking_migration_when_no_other_client_is_connected(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """The one replica upgraded in place (``make run``, Compose recreating the container,
+    the old one stopped), or a ``migrate`` that stopped half way re-run by ``serve``: no
+    other client holds the database, so nothing may still serve it and ``serve`` migrates;
+    two new replicas starting together do not take each other for old ones."""
+    await _at_0019_with_a_session(empty_db_dsn, tmp_path)
+    runs = await asyncio.gather(*(run_migrations(empty_db_dsn, serving=True) for _ in range(2)))
+    assert "0020_begin_step_v5.sql" in runs[0] + runs[1]
+
+
 async def test_serve_stops_before_a_migration_that_raises_the_floor(
     empty_db_dsn: str, tmp_path: Path
 ) -> None:
     """A later breaking migration says so by setting the floor, and serve stops before it
-    the same way on a database holding sessions that a release below the floor migrated; on
-    one without sessions, or migrated by a release at the floor, it applies it."""
+    the same way on a database holding sessions that a release below the floor migrated
+    and still serves, even when this start applied migrations before it (0002: the release
+    is the one at 0001, not the start's own half way); on one without sessions, or migrated
+    by a release at the floor, it applies it."""
     floor = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002'"
     tree = _tree(tmp_path, "CREATE TABLE sessions (id text)")
     await run_migrations(empty_db_dsn, tree)
-    _tree(tmp_path, "CREATE TABLE sessions (id text)", floor)
+    _tree(tmp_path, "CREATE TABLE sessions (id text)", "CREATE TABLE b (y int)", floor)
     await execute(empty_db_dsn, "INSERT INTO sessions VALUES ('old')")
-    with pytest.raises(MigrationError, match=r"^migration 0002_m2\.sql breaks the release"):
-        await run_migrations(empty_db_dsn, tree, serving=True)
-    await execute(empty_db_dsn, "DELETE FROM sessions")
-    assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0002_m2.sql"]
-    # one that still serves the release at 0002 (an old function dropped only once no
-    # release at or past the floor calls it) does not stop serve beside that release
-    await execute(empty_db_dsn, "INSERT INTO sessions VALUES ('old')")
-    _tree(tmp_path, "CREATE TABLE sessions (id text)", floor, floor)
-    assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0003_m3.sql"]
+    old_replica = await asyncpg.connect(empty_db_dsn)
+    try:
+        with pytest.raises(MigrationError, match=r"^migration 0003_m3\.sql breaks .*\(to 0001_m1"):
+            await run_migrations(empty_db_dsn, tree, serving=True)
+        await execute(empty_db_dsn, "DELETE FROM sessions")
+        assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0003_m3.sql"]
+        # one that still serves the release at 0002 (an old function dropped only once no
+        # release at or past the floor calls it) does not stop serve beside that release
+        await execute(empty_db_dsn, "INSERT INTO sessions VALUES ('old')")
+        (tree / "0004_m4.sql").write_text(floor)
+        assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0004_m4.sql"]
+    finally:
+        await old_replica.close()
 
 
 async def test_replicas_starting_together_apply_each_migration_once(empty_db_dsn: str) -> None:
