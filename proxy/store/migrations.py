@@ -135,7 +135,7 @@ async def _refuse_beside_older(
     if pooled:  # an idle client of a transaction pooler holds no server connection
         seen = "behind a transaction pooler, which hides them"
     elif others := await conn.fetchval(_OTHERS, MIGRATOR):
-        seen = f"{others} other connections to it"
+        seen = f"{others} other connection{'s' if others > 1 else ''} to it"
     else:
         return
     raise MigrationError(

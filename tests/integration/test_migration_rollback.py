@@ -115,7 +115,7 @@ async def test_serve_stops_before_a_migration_breaking_the_release_that_serves_t
     assert str(refused.value).startswith(
         "migration 0020_begin_step_v5.sql breaks the release that migrated this database"
         " (to 0019_append_v1.sql), whose replicas may still serve its sessions (1 other"
-        " connections to it), so serve does not apply it: stop every replica of that release,"
+        " connection to it), so serve does not apply it: stop every replica of that release,"
         " run `cascade-proxy migrate`"
     ), refused.value
     assert await run_migrations(empty_db_dsn, tmp_path) == []  # still at 0019

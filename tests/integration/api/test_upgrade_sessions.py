@@ -118,14 +118,15 @@ def old(request: pytest.FixtureRequest) -> dict[str, Any]:
 def upgraded(
     old: dict[str, Any], empty_db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> Iterator[tuple[ProxyServer, str]]:
-    """Today's proxy on the old rows after today's migrations."""
+    """Today's proxy on the old rows after today's migrations, applied as ``serve``'s start
+    applies them (the one replica upgraded in place: no other client connected)."""
     older = tmp_path / "migrations"
     older.mkdir()
     for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         if int(path.name[:4]) <= old["migrated_to"]:
             shutil.copy(path, older / path.name)
     run_sync(_load(empty_db_dsn, older, old["tables"]))
-    run_sync(run_migrations(empty_db_dsn))
+    run_sync(run_migrations(empty_db_dsn, serving=True))
     config = write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
