@@ -146,6 +146,15 @@ async def _refuse_beside_older(
     )
 
 
+async def _floor(conn: asyncpg.Connection) -> int | None:
+    """The ledger's floor (:data:`FLOOR`), if a migration set one."""
+    comment = await conn.fetchval(
+        "SELECT obj_description('schema_migrations'::regclass, 'pg_class')"
+    )
+    floor = FLOOR.search(comment or "")
+    return int(floor[1]) if floor else None
+
+
 async def _check_newer(conn: asyncpg.Connection, last: int, last_name: str) -> None:
     """Refuse, naming both versions, when the ledger's floor (:data:`FLOOR`) is past this
     release's last migration; else one warning when the ledger holds migrations past it: a
@@ -158,12 +167,11 @@ async def _check_newer(conn: asyncpg.Connection, last: int, last_name: str) -> N
     if not newer:
         return
     names = [r["name"] for r in newer]
-    comment = await conn.fetchval("SELECT obj_description('schema_migrations'::regclass)")
-    floor = FLOOR.search(comment or "")
-    if floor and int(floor[1]) > last:
+    floor = await _floor(conn)
+    if floor is not None and floor > last:
         raise MigrationError(
             f"the database's schema (migrated to {names[-1]}) is served only by a release"
-            f" with migration {floor[1]} or later, and this release's last is {last_name}:"
+            f" with migration {floor:04d} or later, and this release's last is {last_name}:"
             " run the newer release, or restore the backup taken before the upgrade"
             " (README: Upgrading)"
         )
@@ -307,6 +315,9 @@ async def _apply_one(
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
                 await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
+                # a floor never goes down: a migration breaking only releases before an older
+                # NNNN leaves the higher one a migration before it set, which still holds
+                held = await _floor(conn) if FLOOR.search(text) else None
                 try:
                     await conn.execute(text)
                 except asyncpg.LockNotAvailableError:
@@ -317,6 +328,9 @@ async def _apply_one(
                     raise MigrationError(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"
                     ) from exc
+                if held is not None and (await _floor(conn) or 0) < held:
+                    said = f"'cascade: serves from {held:04d}'"
+                    await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")
                 await conn.execute(
                     "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
                     version,

@@ -50,6 +50,25 @@ async def test_a_release_below_the_floor_refuses_naming_both_versions(
     assert await run_migrations(empty_db_dsn, tree) == []
 
 
+async def test_a_later_migration_setting_an_older_floor_leaves_the_higher_one(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """0003 breaks every release before it; 0004 drops what only releases before 0002 call
+    and says 'serves from 0002': a release at 0002 is still broken by 0003 and refuses."""
+    tree = _tree(
+        tmp_path,
+        "CREATE TABLE a (x int)",
+        "CREATE TABLE b (y int)",
+        "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0003'",
+        "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002'",
+    )
+    await run_migrations(empty_db_dsn, tree)
+    (tree / "0003_m3.sql").unlink()
+    (tree / "0004_m4.sql").unlink()
+    with pytest.raises(MigrationError, match="with migration 0003 or later"):
+        await run_migrations(empty_db_dsn, tree)
+
+
 async def test_a_newer_schema_without_a_floor_past_the_release_only_warns(
     empty_db_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
