@@ -243,10 +243,11 @@ async def _apply(
         async with conn.transaction():
             await _take_turn(conn)
             await conn.execute(CREATE_LEDGER)
-            newest = await conn.fetchrow(
-                "SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
-            )
-        beside = newest if serving else None
+            beside = None  # the release that may serve the database, to serve's start
+            if serving:
+                beside = await conn.fetchrow(
+                    "SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
+                )
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
             if await _apply_one(conn, version, name, text, setting, beside, pooled):
