@@ -144,9 +144,12 @@ def main() -> None:
         fake.default = respond
         code = Path(tmp) / "code"
         code.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True
-        )
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True)
+        if archive.returncode:  # a shallow clone (CI's) holds no older commit
+            raise SystemExit(
+                f"upgrade_drill: no commit {commit} in {ROOT} (a shallow clone? `git fetch"
+                f" --unshallow`): {archive.stderr.decode().strip()}"
+            )
         subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
         config = Path(tmp) / "agents.json"
         cfg = {
