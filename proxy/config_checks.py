@@ -33,6 +33,7 @@ __all__ = [
     "check_patterns",
     "check_prefixes",
     "check_urls",
+    "refusal",
 ]
 
 
@@ -43,6 +44,21 @@ class ConfigError(Exception):
 class EnvironmentRefused(ConfigError):
     """A refusal of what the environment gave the config (``OPENAI_BASE_URL`` for the default
     provider), not the file: a message naming the file would send the reader there."""
+
+
+_PROVIDER_KEY_ENV = re.compile(r"providers\.(.+)\.apiKeyEnv")
+
+
+def refusal(where: str, reason: str) -> str:
+    """``where: reason``, the refusal of the key at ``where``; a provider's ``apiKeyEnv`` as
+    ``provider <name>: its apiKeyEnv <reason>``, which holds no ``apiKeyEnv: …``: the log's
+    secret scrub reads that as a secret's key and masks the reason after it (``not an
+    environment variable's name``). ``reason`` reads after the key's name (``is empty``)."""
+    if (own := _PROVIDER_KEY_ENV.fullmatch(where)) is None:
+        return f"{where}: {reason.removeprefix('is ')}"
+    if reason[:1].isupper():  # pydantic's, a sentence of its own: "Input should be …"
+        reason = f"is refused: {reason}"
+    return f"provider {own[1]}: its apiKeyEnv {reason}"
 
 
 VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
@@ -58,7 +74,7 @@ def _variable_name(value: str) -> str:
     the redaction's secret patterns know is one even when it could be a name (``ghp_…``)."""
     if value.strip() and (not VARIABLE.fullmatch(value) or redact(value, compile_patterns(()))[1]):
         raise ValueError(
-            "not an environment variable's name (letters, digits, _, - and ., not starting "
+            "is not an environment variable's name (letters, digits, _, - and ., not starting "
             "with a digit); it names the variable that holds the key, never the key itself"
         )
     return value
@@ -90,7 +106,7 @@ def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
         if name in out:
             other = next(k for k in data if k != key and _alias(model, k) == name)
             first, second = sorted((key, other), key=lambda k: k != name)
-            raise ConfigError(f"{at}: given twice, as {first} and {second}; keep one")
+            raise ConfigError(refusal(at, f"is given twice, as {first} and {second}; keep one"))
         sub = model.model_fields.get(_field_name(model, name))
         out[name] = _camel_value(sub.annotation if sub is not None else None, value, at)
     return out
@@ -246,7 +262,7 @@ def check_blanks(cfg: Config) -> None:
     for value, where, what, unset in given:
         if value is not None and not value.strip():
             out = f"leave the key out (or null) {unset}".rstrip()
-            raise ConfigError(f"{where}: empty; name {what}, or {out}")
+            raise ConfigError(refusal(where, f"is empty; name {what}, or {out}"))
     if not cfg.embedding.model.strip():
         raise ConfigError("embedding.model: empty; name the provider's embedding model")
 
@@ -285,8 +301,11 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
                 else f"holds the key ${other} (auth.keys[{j}]) holds"
             )
             raise ConfigError(
-                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held}; a proxy key never goes "
-                "upstream: give the provider a key of its own"
+                refusal(
+                    f"providers.{name}.apiKeyEnv",
+                    f"${p.api_key_env} {held}; a proxy key never goes upstream: give the "
+                    "provider a key of its own",
+                )
             )
     metrics = cfg.auth.metrics_key_env
     if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:
