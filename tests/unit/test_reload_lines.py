@@ -38,12 +38,13 @@ def _written(record: logging.LogRecord, fmt: str) -> str:
         ("", {}, "is empty; name the variable holding the provider's key"),
         ("${OPENAI_API_KEY}", {}, "takes the variable's name as it is, OPENAI_API_KEY"),
         ("K_A", {"keys": [{"keyEnv": "K_A", "tenant": "a"}]}, "$K_A is auth.keys[0]'s keyEnv"),
+        (5, {}, "is refused: Input should be a valid string"),
     ],
 )
 def test_a_refused_api_key_env_is_logged_with_its_reason_whole(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-    key_env: str,
+    key_env: object,
     auth: dict[str, object],
     why: str,
     fmt: str,
