@@ -343,7 +343,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
                 said = describe_errors(exc, form=unknown_key_hint, said=refusal)
-                raise ConfigError(f"agents.{name}.context: {said}") from exc
+                raise ConfigError(refusal(f"agents.{name}.context", said)) from exc
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc, form=unknown_key_hint, said=refusal)) from exc
     check_blanks(cfg)

@@ -51,14 +51,21 @@ _PROVIDER_KEY_ENV = re.compile(r"providers\.(.+)\.apiKeyEnv")
 
 def refusal(where: str, reason: str) -> str:
     """``where: reason``, the refusal of the key at ``where``; a provider's ``apiKeyEnv`` as
-    ``provider <name>: its apiKeyEnv <reason>``, which holds no ``apiKeyEnv: …``: the log's
-    secret scrub reads that as a secret's key and masks the reason after it (``not an
-    environment variable's name``). ``reason`` reads after the key's name (``is empty``)."""
+    ``provider <name>: its apiKeyEnv <reason>``: the log's secret scrub reads ``apiKeyEnv:
+    …`` as a secret's key and masks the reason after it. Where either form still reads so (a
+    key or an entry's name holding ``token``, ``secret``: ``summarize.reflectTokens: Input
+    …``), the path, then the reason with no colon (``… is refused: Input should be …``)."""
     if (own := _PROVIDER_KEY_ENV.fullmatch(where)) is None:
-        return f"{where}: {reason.removeprefix('is ')}"
-    if reason[:1].isupper():  # pydantic's, a sentence of its own: "Input should be …"
-        reason = f"is refused: {reason}"
-    return f"provider {own[1]}: its apiKeyEnv {reason}"
+        said = f"{where}: {reason.removeprefix('is ')}"
+    else:
+        said = f"provider {own[1]}: its apiKeyEnv {_verbed(reason)}"
+    return said if not redact(said, compile_patterns(()))[1] else f"{where} {_verbed(reason)}"
+
+
+def _verbed(reason: str) -> str:
+    """``reason`` read after a key's name: pydantic's (``Input should be …``) and one with
+    no verb (``at most …``) after ``is refused:``."""
+    return reason if reason.startswith(("is ", "has ", "takes ", "$")) else f"is refused: {reason}"
 
 
 VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
@@ -198,16 +205,22 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
         if url != url.strip() or any(ord(c) < 32 or ord(c) == 127 for c in url):
             # urlsplit drops them, httpx refuses them: each request would be a 502
             raise refused(
-                f"{where}: has a control character, or a space at an end (a template's "
-                "trailing newline?); give the URL alone"
+                refusal(
+                    where,
+                    "has a control character, or a space at an end (a template's trailing "
+                    "newline?); give the URL alone",
+                )
             )
         if not usable:
-            raise refused(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+            raise refused(refusal(where, "is not an http(s) URL with a host (and a port 1-65535)"))
         if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
             # the request's path (/chat/completions) is appended: it would land in them
             raise refused(
-                f"{where}: has a query string or fragment, which the request paths would"
-                " follow; give the URL up to its path, and a key by apiKeyEnv"
+                refusal(
+                    where,
+                    "has a query string or fragment, which the request paths would follow; "
+                    "give the URL up to its path, and a key by apiKeyEnv",
+                )
             )
 
 
