@@ -65,7 +65,11 @@ def refusal(where: str, reason: str) -> str:
 def _verbed(reason: str) -> str:
     """``reason`` read after a key's name: pydantic's (``Input should be …``) and one with
     no verb (``at most …``) after ``is refused:``."""
-    return reason if reason.startswith(("is ", "has ", "takes ", "$")) else f"is refused: {reason}"
+    return (
+        reason
+        if reason.startswith(("is ", "has ", "sets ", "takes ", "$"))
+        else f"is refused: {reason}"
+    )
 
 
 VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
@@ -398,11 +402,10 @@ def _not_inherited(cfg: Config) -> list[str]:
         keys = ", ".join(_alias(type(fallback), f) for f in fields)
         got = ", ".join(_spelled(getattr(builtin, f)) for f in fields)
         wanted = ", ".join(_spelled(getattr(fallback, f)) for f in fields)
-        out.append(
-            f"models.{name}: sets no {keys}, so its models get the built-in {got}, not "
-            f"models.default's {wanted} (an entry does not inherit from default); set "
-            f"{'it' if len(fields) == 1 else 'them'} in the entry if that is not what you meant"
-        )
+        it = "it" if len(fields) == 1 else "them"
+        said = f"sets no {keys}, so its models get the built-in {got}, not models.default's "
+        said += f"{wanted} (an entry does not inherit from default); set {it} in the entry if "
+        out.append(refusal(f"models.{name}", said + "that is not what you meant"))
     return out
 
 

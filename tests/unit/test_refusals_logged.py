@@ -16,9 +16,11 @@ import pytest
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
+from proxy.banner import startup_banner
 from proxy.cascade.redaction import REDACTED
-from proxy.config import Config, ConfigError, parse_config
+from proxy.config import Config, ConfigError, config_warnings, parse_config
 from proxy.logs import JsonFormatter, TextFormatter
+from proxy.settings import Settings
 
 _WRONG: tuple[object, ...] = ([1], -1, 2**60, "")
 """A value of the wrong type for any key, one below a bound, one past 2**53, an empty one."""
@@ -102,3 +104,22 @@ def test_every_keys_refusal_is_logged_whole(name: str, fmt: str) -> None:
     assert len(refusals) > 100
     masked = [said for said in refusals if REDACTED in _written(said, fmt)]
     assert masked == []
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("name", ["github-token", "db_password"])
+def test_an_entry_named_for_a_secret_is_logged_whole_at_start_up(name: str, fmt: str) -> None:
+    """The start-up block's provider line and stages, and a model's warning, for an entry
+    named for a token or a password: ``provider github-token: http://…`` was logged
+    ``provider github-token: [REDACTED]``, ``models.db_password: [REDACTED] no …``."""
+    raw = {
+        "providers": {name: {"baseUrl": "http://127.0.0.1:9/v1"}},
+        "agents": {"default": {"provider": name}, name: {"model": "m"}},
+        "models": {"default": {"contextLimit": 5000}, name: {"reservedOutput": 10}},
+    }
+    cfg = parse_config(raw, {})
+    block = startup_banner(Settings(), cfg, {}, database="", embedded_at=None, paths=())
+    lines = [*block.splitlines(), *config_warnings(cfg, {})]
+    assert f"provider {name} at http://127.0.0.1:9/v1, no apiKeyEnv" in block
+    assert any(line.startswith(f"models.{name} sets no contextLimit") for line in lines)
+    assert [line for line in lines if REDACTED in _written(line, fmt)] == []
