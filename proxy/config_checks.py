@@ -353,7 +353,10 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     ]
     out += _not_inherited(cfg)
     out += [
-        f"auth key of tenant {key.tenant!r}: ${key.key_env} is {state}, no request can use it"
+        refusal(
+            f"auth key of tenant {key.tenant!r}",
+            f"${key.key_env} is {state}, no request can use it",
+        )
         for key in cfg.auth.keys
         if (state := _missing(env, key.key_env))
     ]

@@ -109,17 +109,20 @@ def test_every_keys_refusal_is_logged_whole(name: str, fmt: str) -> None:
 @pytest.mark.parametrize("fmt", ["text", "json"])
 @pytest.mark.parametrize("name", ["github-token", "db_password"])
 def test_an_entry_named_for_a_secret_is_logged_whole_at_start_up(name: str, fmt: str) -> None:
-    """The start-up block's provider line and stages, and a model's warning, for an entry
-    named for a token or a password: ``provider github-token: http://…`` was logged
-    ``provider github-token: [REDACTED]``, ``models.db_password: [REDACTED] no …``."""
+    """The start-up block's provider line and stages, and the warnings of a model and an
+    unset key, for an entry or tenant named for a token or a password: ``provider
+    github-token: http://…`` was logged ``provider github-token: [REDACTED]``,
+    ``models.db_password: [REDACTED] no …``, ``tenant 'secret': [REDACTED] is unset``."""
     raw = {
         "providers": {name: {"baseUrl": "http://127.0.0.1:9/v1"}},
         "agents": {"default": {"provider": name}, name: {"model": "m"}},
         "models": {"default": {"contextLimit": 5000}, name: {"reservedOutput": 10}},
+        "auth": {"keys": [{"keyEnv": "K_A", "tenant": name}]},
     }
     cfg = parse_config(raw, {})
     block = startup_banner(Settings(), cfg, {}, database="", embedded_at=None, paths=())
     lines = [*block.splitlines(), *config_warnings(cfg, {})]
     assert f"provider {name} at http://127.0.0.1:9/v1, no apiKeyEnv" in block
     assert any(line.startswith(f"models.{name} sets no contextLimit") for line in lines)
+    assert f"auth key of tenant '{name}' $K_A is unset, no request can use it" in lines
     assert [line for line in lines if REDACTED in _written(line, fmt)] == []
