@@ -92,8 +92,6 @@ def _no_reference(text: str, where: str, what: str) -> None:
         raise ConfigError(
             refusal(where, f"takes the variable's name as it is, {name}, not ${{{name}}}")
         )
-    raise ConfigError(
-        f"{where}: {what} holds ${{{name}}}, which is not expanded: the file is read as "
-        "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
-        "keyEnv or metricsKeyEnv)"
-    )
+    said = f"{what} holds ${{{name}}}, which is not expanded: the file is read as written; "
+    said += "write the value itself (a key's variable goes by name in apiKeyEnv, keyEnv or "
+    raise ConfigError(refusal(where, said + "metricsKeyEnv)"))

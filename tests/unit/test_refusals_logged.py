@@ -85,6 +85,7 @@ def _refusals(name: str) -> Iterator[str]:
         {"agents": {name: {"context": c}}} for c in ({"eviction": {"maxTokens": 1}}, {"x": 1})
     ]
     others += [{"providers": {name: {key: "x"}}} for key in ("apiKey", "token", "password")]
+    others += [{"providers": {name: {"caFile": "${CA}"}}}, {"agents": {name: {"model": "${M}"}}}]
     for raw in others:
         try:
             parse_config(raw, {})
