@@ -10,6 +10,7 @@ import logging
 import types
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ from pydantic.alias_generators import to_camel
 
 from proxy.banner import startup_banner
 from proxy.cascade.redaction import REDACTED
-from proxy.config import Config, ConfigError, config_warnings, parse_config
+from proxy.config import Config, ConfigError, config_warnings, load_config, parse_config
+from proxy.config_watch import ConfigHolder
 from proxy.logs import JsonFormatter, TextFormatter
 from proxy.settings import Settings
 
@@ -127,3 +129,19 @@ def test_an_entry_named_for_a_secret_is_logged_whole_at_start_up(name: str, fmt:
     assert any(line.startswith(f"models.{name} sets no contextLimit") for line in lines)
     assert f"auth key of tenant '{name}' $K_A is unset, no request can use it" in lines
     assert [line for line in lines if REDACTED in _written(line, fmt)] == []
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("file", ["token.json", "cascade-secret.json", "agents.json"])
+def test_a_config_files_warning_is_logged_whole_whatever_the_files_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, file: str, fmt: str
+) -> None:
+    """``config /run/secrets/token.json: auth key of tenant …`` read to the scrub as a
+    secret's key (the file's name) and its value: the line began ``[REDACTED] key of``."""
+    path = tmp_path / file
+    path.write_text(json.dumps({"auth": {"keys": [{"keyEnv": "K_A", "tenant": "a"}]}}))
+    with caplog.at_level(logging.WARNING, logger="cascade.config"):
+        ConfigHolder(load_config(path, {}), path)
+    lines = [_written(r.getMessage(), fmt) for r in caplog.records]
+    assert any("auth key of tenant 'a': $K_A is unset, no request can" in x for x in lines)
+    assert [line for line in lines if REDACTED in line] == []
