@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from proxy import __version__
 from proxy.auth import OPEN_PATHS, provider_pays
+from proxy.cascade.redaction import compile_patterns, redact
 from proxy.config import Config
 from proxy.config_context import ContextConfig
 from proxy.listen import is_loopback
@@ -92,6 +93,14 @@ def _stages(ctx: ContextConfig) -> str:
     return ", ".join(on) or "none"
 
 
+def _said(head: str, joint: str, rest: str) -> str:
+    """``head: rest``, or ``head joint rest`` where the log's secret scrub would read the
+    first as a secret's key and its value: an entry named for one (``provider github-token:
+    http://…`` was logged ``provider github-token: [REDACTED]``)."""
+    line = f"{head}: {rest}"
+    return line if not redact(line, compile_patterns(()))[1] else f"{head} {joint} {rest}"
+
+
 def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:
     forwarded = (
         "called without credentials (proxy keys never leave)"
@@ -106,7 +115,7 @@ def _providers(cfg: Config, env: Mapping[str, str]) -> list[str]:
             key = f"key ${p.api_key_env} unset: {forwarded}"
         else:
             key = f"no apiKeyEnv; {forwarded}"  # "apiKeyEnv: …" the scrub masks
-        lines.append(f"  provider {name}: {_public_url(p.base_url)}, {key}")
+        lines.append(_said(f"  provider {name}", "at", f"{_public_url(p.base_url)}, {key}"))
     return lines
 
 
@@ -166,7 +175,7 @@ def startup_banner(
         f"  database: {db}",
     ]
     for agent in sorted(cfg.agents):
-        lines.append(f"  stages for agent {agent}: {_stages(cfg.context_for(agent))}")
+        lines.append(_said(f"  stages for agent {agent}", "are", _stages(cfg.context_for(agent))))
     for name, path in (("console", "/ui"), ("metrics", "/metrics")):
         served = any(p == path or p.startswith(path + "/") for p in paths)
         lines.append(

@@ -41,6 +41,7 @@ from proxy.config_checks import (
     check_patterns,
     check_prefixes,
     check_urls,
+    refusal,
 )
 from proxy.config_context import Block, ContextConfig, unknown_key_hint
 from proxy.config_file import check_references, read_object
@@ -345,10 +346,10 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str] | None = None) -
                 merged = _as_json(_deep_merge(base, over))
                 resolved[name] = ContextConfig.model_validate_json(merged, strict=True)
             except ValidationError as exc:
-                said = describe_errors(exc, form=unknown_key_hint)
-                raise ConfigError(f"agents.{name}.context: {said}") from exc
+                said = describe_errors(exc, form=unknown_key_hint, said=refusal)
+                raise ConfigError(refusal(f"agents.{name}.context", said)) from exc
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, form=unknown_key_hint)) from exc
+        raise ConfigError(describe_errors(exc, form=unknown_key_hint, said=refusal)) from exc
     check_blanks(cfg)
     check_urls(cfg, from_env="openai" not in (raw.get("providers") or {}))
     check_key_values(cfg, env)

@@ -34,6 +34,7 @@ __all__ = [
     "check_patterns",
     "check_prefixes",
     "check_urls",
+    "refusal",
 ]
 
 
@@ -44,6 +45,32 @@ class ConfigError(Exception):
 class EnvironmentRefused(ConfigError):
     """A refusal of what the environment gave the config (``OPENAI_BASE_URL`` for the default
     provider), not the file: a message naming the file would send the reader there."""
+
+
+_PROVIDER_KEY_ENV = re.compile(r"providers\.(.+)\.apiKeyEnv")
+
+
+def refusal(where: str, reason: str) -> str:
+    """``where: reason``, the refusal of the key at ``where``; a provider's ``apiKeyEnv`` as
+    ``provider <name>: its apiKeyEnv <reason>``: the log's secret scrub reads ``apiKeyEnv:
+    …`` as a secret's key and masks the reason after it. Where either form still reads so (a
+    key or an entry's name holding ``token``, ``secret``: ``summarize.reflectTokens: Input
+    …``), the path, then the reason with no colon (``… is refused: Input should be …``)."""
+    if (own := _PROVIDER_KEY_ENV.fullmatch(where)) is None:
+        said = f"{where}: {reason.removeprefix('is ')}"
+    else:
+        said = f"provider {own[1]}: its apiKeyEnv {_verbed(reason)}"
+    return said if not redact(said, compile_patterns(()))[1] else f"{where} {_verbed(reason)}"
+
+
+def _verbed(reason: str) -> str:
+    """``reason`` read after a key's name: pydantic's (``Input should be …``) and one with
+    no verb (``at most …``) after ``is refused:``."""
+    return (
+        reason
+        if reason.startswith(("is ", "has ", "sets ", "takes ", "$"))
+        else f"is refused: {reason}"
+    )
 
 
 VARIABLE = re.compile(r"[A-Za-z_.-][A-Za-z0-9_.-]*")
@@ -59,7 +86,7 @@ def _variable_name(value: str) -> str:
     the redaction's secret patterns know is one even when it could be a name (``ghp_…``)."""
     if value.strip() and (not VARIABLE.fullmatch(value) or redact(value, compile_patterns(()))[1]):
         raise ValueError(
-            "not an environment variable's name (letters, digits, _, - and ., not starting "
+            "is not an environment variable's name (letters, digits, _, - and ., not starting "
             "with a digit); it names the variable that holds the key, never the key itself"
         )
     return value
@@ -91,7 +118,7 @@ def camel_keys(model: type[BaseModel], data: Any, where: str) -> Any:
         if name in out:
             other = next(k for k in data if k != key and field_alias(model, k) == name)
             first, second = sorted((key, other), key=lambda k: k != name)
-            raise ConfigError(f"{at}: given twice, as {first} and {second}; keep one")
+            raise ConfigError(refusal(at, f"is given twice, as {first} and {second}; keep one"))
         sub = model.model_fields.get(_field_name(model, name))
         out[name] = _camel_value(sub.annotation if sub is not None else None, value, at)
     return out
@@ -187,19 +214,25 @@ def check_urls(cfg: Config, *, from_env: bool) -> None:
         if url != url.strip() or any(ord(c) < 32 or ord(c) == 127 for c in url):
             # urlsplit drops them, httpx refuses them: each request would be a 502
             raise refused(
-                f"{where}: has a control character, or a space at an end (a template's "
-                "trailing newline?); give the URL alone"
+                refusal(
+                    where,
+                    "has a control character, or a space at an end (a template's trailing "
+                    "newline?); give the URL alone",
+                )
             )
         if not usable:
-            raise refused(f"{where}: not an http(s) URL with a host (and a port 1-65535)")
+            raise refused(refusal(where, "is not an http(s) URL with a host (and a port 1-65535)"))
         if u.query or u.fragment or provider.base_url.rstrip("/").endswith(("?", "#")):
             # the request's path (/chat/completions) is appended: it would land in them
             version = dict(parse_qsl(u.query)).get("api-version", "")  # Azure's portal URL's
             dated = _API_VERSION.fullmatch(version) and not env  # quoted: a date, no secret
             fix = f'"apiVersion": "{version}"' if dated else "a key by apiKeyEnv"
             raise refused(
-                f"{where}: has a query string or fragment, which the request paths would"
-                f" follow; give the URL up to its path, and {fix}"
+                refusal(
+                    where,
+                    "has a query string or fragment, which the request paths would follow; "
+                    f"give the URL up to its path, and {fix}",
+                )
             )
 
 
@@ -254,7 +287,7 @@ def check_blanks(cfg: Config) -> None:
     for value, where, what, unset in given:
         if value is not None and not value.strip():
             out = f"leave the key out (or null) {unset}".rstrip()
-            raise ConfigError(f"{where}: empty; name {what}, or {out}")
+            raise ConfigError(refusal(where, f"is empty; name {what}, or {out}"))
     if not cfg.embedding.model.strip():
         raise ConfigError("embedding.model: empty; name the provider's embedding model")
 
@@ -293,8 +326,11 @@ def check_key_values(cfg: Config, env: Mapping[str, str]) -> None:
                 else f"holds the key ${other} (auth.keys[{j}]) holds"
             )
             raise ConfigError(
-                f"providers.{name}.apiKeyEnv: ${p.api_key_env} {held}; a proxy key never goes "
-                "upstream: give the provider a key of its own"
+                refusal(
+                    f"providers.{name}.apiKeyEnv",
+                    f"${p.api_key_env} {held}; a proxy key never goes upstream: give the "
+                    "provider a key of its own",
+                )
             )
     metrics = cfg.auth.metrics_key_env
     if metrics and (j := first.get((env.get(metrics) or "").strip(), -1)) >= 0:

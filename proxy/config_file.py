@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.cascade.redaction import compile_patterns, redact
-from proxy.config_checks import VARIABLE, ConfigError
+from proxy.config_checks import VARIABLE, ConfigError, refusal
 
 __all__ = ["check_references", "read_object"]
 
@@ -89,9 +89,9 @@ def _no_reference(text: str, where: str, what: str) -> None:
     name = found[1] if key_env and VARIABLE.fullmatch(found[1]) else found[2]
     name = name if not redact(name, compile_patterns(()))[1] else "…"  # a key pasted
     if key_env:
-        raise ConfigError(f"{where}: takes the variable's name as it is, {name}, not ${{{name}}}")
-    raise ConfigError(
-        f"{where}: {what} holds ${{{name}}}, which is not expanded: the file is read as "
-        "written; write the value itself (a key's variable goes by name in apiKeyEnv, "
-        "keyEnv or metricsKeyEnv)"
-    )
+        raise ConfigError(
+            refusal(where, f"takes the variable's name as it is, {name}, not ${{{name}}}")
+        )
+    said = f"{what} holds ${{{name}}}, which is not expanded: the file is read as written; "
+    said += "write the value itself (a key's variable goes by name in apiKeyEnv, keyEnv or "
+    raise ConfigError(refusal(where, said + "metricsKeyEnv)"))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from proxy.config_checks import field_alias
+from proxy.config_checks import field_alias, refusal
 
 if TYPE_CHECKING:
     from proxy.config import Config
@@ -47,7 +47,10 @@ def config_warnings(cfg: Config, env: Mapping[str, str]) -> list[str]:
     ]
     out += _not_inherited(cfg)
     out += [
-        f"auth key of tenant {key.tenant!r}: ${key.key_env} is {state}, no request can use it"
+        refusal(
+            f"auth key of tenant {key.tenant!r}",
+            f"${key.key_env} is {state}, no request can use it",
+        )
         for key in cfg.auth.keys
         if (state := _missing(env, key.key_env))
     ]
@@ -103,11 +106,10 @@ def _not_inherited(cfg: Config) -> list[str]:
         keys = ", ".join(field_alias(type(fallback), f) for f in fields)
         got = ", ".join(_spelled(getattr(builtin, f)) for f in fields)
         wanted = ", ".join(_spelled(getattr(fallback, f)) for f in fields)
-        out.append(
-            f"models.{name}: sets no {keys}, so its models get the built-in {got}, not "
-            f"models.default's {wanted} (an entry does not inherit from default); set "
-            f"{'it' if len(fields) == 1 else 'them'} in the entry if that is not what you meant"
-        )
+        it = "it" if len(fields) == 1 else "them"
+        said = f"sets no {keys}, so its models get the built-in {got}, not models.default's "
+        said += f"{wanted} (an entry does not inherit from default); set {it} in the entry if "
+        out.append(refusal(f"models.{name}", said + "that is not what you meant"))
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from watchfiles import awatch
 
+from proxy.cascade.redaction import compile_patterns, redact
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import Config, ConfigError, config_warnings, load_config
 from proxy.config_checks import EnvironmentRefused
@@ -75,7 +76,9 @@ class ConfigHolder:
 
     def _warn(self, env: Mapping[str, str]) -> None:
         for warning in config_warnings(self.current, env):
-            log.warning("config %s: %s", self.path, warning)
+            # a file named for a secret (token.json) reads to the log's scrub as its key
+            said = redact(f"config {self.path}: {warning}", compile_patterns(()))[1]
+            log.warning("config %s warns: %s" if said else "config %s: %s", self.path, warning)
 
     def reload(
         self, env: Mapping[str, str] | None = None, data: bytes | None = None

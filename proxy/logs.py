@@ -16,7 +16,6 @@ own handlers in the second case, and replaces them.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import logging
 import os
@@ -232,31 +231,21 @@ _QUERY_CREDENTIAL = re.compile(
 )
 
 
-# A provider's ``apiKeyEnv`` named by its place in the file, as the config's refusals name
-# it (``providers.p.apiKeyEnv: not an environment variable's name``): those never quote the
-# value (``describe_errors``, ``config_file``), and read as a secret's key and its value the
-# reason would be masked. The path is Cascade's own; a key ending in ``env`` anywhere else
-# (``SECRET_ENV=…``, a prompt's text) holds its secret as any key does.
-_OWN_KEY_ENV = re.compile(r"(?<![\w.$-])providers\.[^\s:]{1,256}?\.apiKeyEnv(?=:)")
-
-
 def masked(text: str) -> str:
     """``text`` as a log line shows it: a URL's password masked (``redact_dsn``, as a
     refusal already writes it: ``user:***@``), each credential query parameter's value, and
     whatever the other built-in secret patterns find (a ``Bearer`` token, an
     ``Authorization`` header, an API key, ``password=…``, a PEM key) as :data:`REDACTED`.
     Every line goes through it, its fields and traceback too: a provider's error body, an
-    exception's message or a header a gateway echoes can hold any of them. A refusal's
-    ``providers.p.apiKeyEnv:`` is no secret's key (``_OWN_KEY_ENV``): the text is masked in
-    pieces cut after each, so no pattern reads the key with what follows it."""
+    exception's message or a header a gateway echoes can hold any of them. Cascade's own
+    lines are worded to hold no ``key: value`` a pattern reads as a secret (a refusal of a
+    provider's ``apiKeyEnv`` is ``provider p: its apiKeyEnv is …``, ``config_checks.refusal``),
+    so nothing is excepted here."""
     if "@" in text or "password" in text:  # what each of redact_dsn's patterns needs
         text = redact_dsn(text)
     if "=" in text:
         text = _QUERY_CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
-    if "apiKeyEnv" not in text:
-        return redact(text, _patterns())[0]
-    cuts = [0, *(m.end() for m in _OWN_KEY_ENV.finditer(text)), len(text)]
-    return "".join(redact(text[a:b], _patterns())[0] for a, b in itertools.pairwise(cuts))
+    return redact(text, _patterns())[0]
 
 
 def _scalar(value: object) -> bool:

@@ -314,6 +314,7 @@ def describe_errors(
     exc: ValidationError,
     name: Callable[[str], str] = str,
     form: Callable[[list[str], str], str | None] | None = None,
+    said: Callable[[str, str], str] = "{}: {}".format,
 ) -> str:
     """Pydantic's errors on one line, ``where: what; …``, without the values that failed:
     a refusal is logged and shown to every open event stream, and the value may be a
@@ -321,7 +322,8 @@ def describe_errors(
     what the user wrote. A check of our own (a validator's ``ValueError``) is its own
     sentence: pydantic's "Value error, " prefix goes, and so does the place of one across
     the whole file, which pydantic has none for. ``form``: more to say of an error at a
-    location of a kind (``int_parsing``), what the setting takes, or the key a typo meant."""
+    location of a kind (``int_parsing``), what the setting takes, or the key a typo meant.
+    ``said``: the part of an error at a place, from the place and the reason."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in error["loc"]]
@@ -330,7 +332,7 @@ def describe_errors(
             msg = msg.removeprefix("Value error, ")
         if form is not None and loc and (more := form(loc, error["type"])):
             msg = f"{msg}; {more}"
-        parts.append(f"{'.'.join([name(loc[0]), *loc[1:]])}: {msg}" if loc else msg)
+        parts.append(said(".".join([name(loc[0]), *loc[1:]]), msg) if loc else msg)
     return "; ".join(parts)
 
 

@@ -224,61 +224,57 @@ async def _live(
     reads: Reads,
 ) -> AsyncIterator[dict[str, Any]]:
     """The stream past its replay (``_stream``), its catch-ups due on the session's shared
-    schedule (``catch_up.Reads``) and read with the session's other streams, until its
-    app's stop begins (``STOPPING``)."""
-    stop: StopClock = request.state.stop
-    unwatch = stop.on_begin(partial(queue.put_nowait, STOPPING))
-    try:
-        async for frame in _until_gone(request, pool, session, queue, cursor, reads):
-            yield frame
-    finally:
-        unwatch()
-
-
-async def _until_gone(
-    request: Request,
-    pool: Any,
-    session: tuple[str, str, datetime],
-    queue: asyncio.Queue[BusEvent],
-    cursor: Cursor,
-    reads: Reads,
-) -> AsyncIterator[dict[str, Any]]:
-    """``_live``'s frames, until the stream ends."""
+    schedule (``catch_up.Reads``) and read with the session's other streams, until it ends:
+    its app's stop begins (``STOPPING``, put on the queue by the stop), its session is gone
+    (``SESSION_GONE``, or a catch-up that finds none), its client disconnects or falls
+    behind (``LAGGED``), the bus listens again (``RELISTENED``), or its key no longer
+    reaches the session."""
     tenant, session_id, _ = session
     loop = asyncio.get_running_loop()
     due = reads.due(loop.time(), CATCH_UP_SECONDS)
     live = _Live(request, pool, session, queue)
     live.reads = reads
-    while not cursor.gone and not await request.is_disconnected():
-        try:
-            event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
-        except TimeoutError:
-            if not _reaches(request, None):  # revoked: ended without the database
+    stop: StopClock = request.state.stop
+    unwatch = stop.on_begin(partial(queue.put_nowait, STOPPING))
+    try:
+        while not cursor.gone and not await request.is_disconnected():
+            try:
+                event = await asyncio.wait_for(queue.get(), max(0.0, due - loop.time()))
+            except TimeoutError:
+                if not _reaches(request, None):  # revoked: ended without the database
+                    return
+                read = cursor.catch_up(pool, tenant, session_id, shared=(reads, due))
+                async for frame in catch_up.kept_open(read):  # which reads the session's agent
+                    yield frame
+                due = reads.due(loop.time(), CATCH_UP_SECONDS)
+                continue
+            if event is RELISTENED:  # every stream here ends now: reconnects spread
+                again = partial(
+                    cursor.catch_up, pool, tenant, session_id, shared=(reads, loop.time())
+                )
+                async for frame in reconnect.last_frames(cursor, again):
+                    yield frame
                 return
-            read = cursor.catch_up(pool, tenant, session_id, shared=(reads, due))
-            async for frame in catch_up.kept_open(read):  # which also reads the session's agent
+            if event is SESSION_GONE or event is LAGGED or event is STOPPING:
+                return
+            queued = live.dequeued()
+            async for frame in live.read_first(event, cursor):
                 yield frame
-            due = reads.due(loop.time(), CATCH_UP_SECONDS)
-            continue
-        if event is RELISTENED:  # every stream here ends now: reconnects spread
-            again = partial(cursor.catch_up, pool, tenant, session_id, shared=(reads, loop.time()))
-            async for frame in reconnect.last_frames(cursor, again):
-                yield frame
-            return
-        if event is SESSION_GONE or event is LAGGED or event is STOPPING:
-            return
-        queued = live.dequeued()
-        async for frame in live.read_first(event, cursor):
-            yield frame
-        if live.unread or cursor.gone or (event.id is not None and not cursor.take_live(event.id)):
-            continue  # held back, sent already (the read just now among others), or the end
-        verdict = await live.judge(queued)
-        if verdict is None:  # not judged, so not sent: a persisted event comes
-            cursor.hold(event.id)  # with the catch-up once back
-            continue
-        if not verdict:
-            return
-        yield _frame(event)
+            if (
+                live.unread
+                or cursor.gone
+                or (event.id is not None and not cursor.take_live(event.id))
+            ):
+                continue  # held back, sent already (the read just now among others), or the end
+            verdict = await live.judge(queued)
+            if verdict is None:  # not judged, so not sent: a persisted event comes
+                cursor.hold(event.id)  # with the catch-up once back
+                continue
+            if not verdict:
+                return
+            yield _frame(event)
+    finally:
+        unwatch()
 
 
 @router.get(

@@ -40,6 +40,19 @@ async def _call(upstream: Upstream) -> object:
     )
 
 
+async def _one_waiting(
+    monkeypatch: pytest.MonkeyPatch, wait_seconds: float
+) -> tuple[AnswerBudget, asyncio.Task[None]]:
+    """A budget of 100 bytes with 80 held, and a take of 50 waiting for room, up to
+    ``wait_seconds`` (``WAIT_SECONDS``)."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", wait_seconds)
+    budget = AnswerBudget(100)
+    await budget.take(80)
+    waiting = asyncio.create_task(budget.take(50))
+    await asyncio.sleep(0.05)
+    return budget, waiting
+
+
 async def test_an_answer_holds_its_bytes_until_freed_and_a_spent_budget_sends_nothing() -> None:
     budget, sent = AnswerBudget(1000), []
     upstream = _upstream(budget, b" " * 990 + b"{}", sent)
@@ -70,11 +83,7 @@ async def test_an_answer_alone_over_the_budget_is_over_its_cap() -> None:
 async def test_an_answer_arriving_over_the_budget_waits_for_room_then_is_a_503(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.2)
-    budget = AnswerBudget(100)
-    await budget.take(80)
-    waiting = asyncio.create_task(budget.take(50))
-    await asyncio.sleep(0.05)
+    budget, waiting = await _one_waiting(monkeypatch, 0.2)
     assert not waiting.done()
     budget.give(80)  # room: the waiting answer goes on
     await waiting
@@ -98,11 +107,7 @@ async def test_room_given_on_another_thread_wakes_the_waiting_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A finalizer may give an answer's bytes back on whatever thread collects it."""
-    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 2.0)
-    budget = AnswerBudget(100)
-    await budget.take(80)
-    waiting = asyncio.create_task(budget.take(50))
-    await asyncio.sleep(0.05)
+    budget, waiting = await _one_waiting(monkeypatch, 2.0)
     # given while the loop sleeps: it must be woken, not find the room at its next turn
     timer = threading.Timer(0.05, budget.give, args=(80,))
     started = time.monotonic()

@@ -12,6 +12,24 @@ _KEY = "sk-topsecret-123"
 _PASSWORD = "dbpassw0rd"
 
 
+def _usage_error(
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str | None = None,
+) -> tuple[object, str, str]:
+    """``cascade-proxy argv`` run to its exit, ``CASCADE_LOG_FORMAT`` ``fmt`` (None: unset):
+    its exit code, and what it wrote to stdout and stderr."""
+    if fmt is None:
+        monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
+    else:
+        monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exited.value.code, out, err
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -51,11 +69,8 @@ def test_a_usage_error_does_not_quote_a_key_or_a_password(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
-    with pytest.raises(SystemExit) as usage:
-        main(argv)
-    assert usage.value.code == 2
-    out, err = capsys.readouterr()
+    code, out, err = _usage_error(argv, capsys, monkeypatch, fmt)
+    assert code == 2
     assert err.strip() and not out
     assert _KEY not in err and _PASSWORD not in err, err
 
@@ -63,10 +78,10 @@ def test_a_usage_error_does_not_quote_a_key_or_a_password(
 def test_a_usage_error_still_quotes_what_holds_no_secret(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(["sessions", "ls", "--limit", "5", "--bogus", "value-shown"])
-    assert "unrecognized arguments: --bogus value-shown" in capsys.readouterr().err
+    _, _, err = _usage_error(
+        ["sessions", "ls", "--limit", "5", "--bogus", "value-shown"], capsys, monkeypatch
+    )
+    assert "unrecognized arguments: --bogus value-shown" in err
 
 
 _SHAPED = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"  # an OpenAI key's shape
@@ -88,10 +103,7 @@ def test_a_usage_error_masks_a_key_by_its_shape_where_no_option_names_it(
 ) -> None:
     """What the log lines mask (``proxy.logs.masked``) an error masks too: argparse's text
     is written before any log line's masking, without it."""
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(argv)
-    err = capsys.readouterr().err
+    _, _, err = _usage_error(argv, capsys, monkeypatch)
     assert "error:" in err and _SHAPED[8:] not in err, err
 
 
@@ -102,10 +114,7 @@ def test_a_usage_error_masks_a_key_as_argparse_or_the_hint_quotes_it(
     """argparse quotes the command's name by ``repr`` (a backslash doubled, an invisible
     character escaped) and the hint by ``shlex`` (a quote spelt ``'"'"'``): neither holds
     the key's text as given."""
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(["--api-key", key, "sessions", "ls"])
-    err = capsys.readouterr().err
+    _, _, err = _usage_error(["--api-key", key, "sessions", "ls"], capsys, monkeypatch)
     assert "error:" in err and "s3cr" not in err, err
 
 
@@ -129,10 +138,8 @@ def test_a_usage_error_masks_nothing_that_holds_no_secret(
     """The mistake stays readable: argparse's ``--api-key: expected`` is no key given, nor
     is a command's name after a secret option that was given none, nor the value of an
     option whose name holds a credential's word but names none."""
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(argv)
-    assert said in capsys.readouterr().err
+    _, _, err = _usage_error(argv, capsys, monkeypatch)
+    assert said in err
 
 
 @pytest.mark.parametrize(
@@ -148,10 +155,7 @@ def test_a_long_lower_case_argument_read_as_a_command_is_not_quoted(
 ) -> None:
     """A mistyped command is a short word (``run``, ``list``: still quoted); one longer than
     any command's name may be a passphrase given without its option."""
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(argv)
-    err = capsys.readouterr().err
+    _, _, err = _usage_error(argv, capsys, monkeypatch)
     assert "horse" not in err and "invalid choice: '***'" in err, err
 
 
@@ -180,11 +184,8 @@ def test_what_follows_a_secret_taking_option_is_masked_whatever_its_shape(
 ) -> None:
     """All digits (read as a count), two characters, or a lower-case word glued to a short
     option (read as a long option's name with one dash, ``-json``): each was quoted."""
-    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
-    with pytest.raises(SystemExit) as usage:
-        main(argv)
-    assert usage.value.code == 2
-    err = capsys.readouterr().err
+    code, _, err = _usage_error(argv, capsys, monkeypatch, fmt)
+    assert code == 2
     assert "***" in err and secret not in err, err
 
 
@@ -201,10 +202,8 @@ def test_what_follows_a_secret_taking_option_is_masked_whatever_its_shape(
 def test_what_names_one_of_cascade_proxys_options_or_a_count_stays_quoted(
     argv: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(argv)
-    assert said in capsys.readouterr().err
+    _, _, err = _usage_error(argv, capsys, monkeypatch)
+    assert said in err
 
 
 @pytest.mark.parametrize(
@@ -233,11 +232,8 @@ def test_a_lookalike_dash_or_a_passwords_short_name_still_marks_a_secret(
 ) -> None:
     """A dash pasted from a chat or a document (``\u2014api-key``, no ASCII dash) named no
     option, and the short word after it, a value, was quoted as a mistyped name."""
-    monkeypatch.setenv("CASCADE_LOG_FORMAT", fmt)
-    with pytest.raises(SystemExit) as usage:
-        main(argv)
-    assert usage.value.code == 2
-    err = capsys.readouterr().err
+    code, _, err = _usage_error(argv, capsys, monkeypatch, fmt)
+    assert code == 2
     assert "hunter" not in err, err
 
 
@@ -246,8 +242,5 @@ def test_a_port_of_more_than_six_digits_is_named_by_its_length(
 ) -> None:
     """As a count's (``quoted``): a long run of digits may be a key, all digits, pasted into
     the wrong option; ``--port`` quoted it whole."""
-    monkeypatch.delenv("CASCADE_LOG_FORMAT", raising=False)
-    with pytest.raises(SystemExit):
-        main(["serve", "--port", "12345678901"])
-    err = capsys.readouterr().err
+    _, _, err = _usage_error(["serve", "--port", "12345678901"], capsys, monkeypatch)
     assert "--port: a number of 11 digits is not a TCP port" in err and "1234567" not in err, err

@@ -119,7 +119,7 @@ def test_snake_case_keys_outside_context_are_still_read() -> None:
         ),
         (
             {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": " "}}},
-            "providers.p.apiKeyEnv: empty; name the variable holding the provider's key, or "
+            "provider p: its apiKeyEnv is empty; name the variable holding the provider's key, or "
             "leave the key out (or null) to forward the client's token",
         ),
         (

@@ -39,7 +39,7 @@ NOT_EXPANDED = "which is not expanded: the file is read as written"
         ),
         (
             {"providers": {"openai": {"apiKeyEnv": "${OPENAI_API_KEY}"}}},
-            "providers.openai.apiKeyEnv: takes the variable's name as it is, OPENAI_API_KEY, "
+            "provider openai: its apiKeyEnv takes the variable's name as it is, OPENAI_API_KEY, "
             "not ${OPENAI_API_KEY}",
         ),
     ],
@@ -56,7 +56,7 @@ def test_a_reference_in_a_key_env_names_the_whole_variable() -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config({"providers": {"openai": {"apiKeyEnv": "${openai-api-key}"}}}, env={})
     assert str(refused.value) == (
-        "providers.openai.apiKeyEnv: takes the variable's name as it is, openai-api-key, "
+        "provider openai: its apiKeyEnv takes the variable's name as it is, openai-api-key, "
         "not ${openai-api-key}"
     )
 

@@ -22,16 +22,16 @@ SECRET = "sk-proj-Abc123SECRETvalue"
     [
         (
             {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": SECRET}}},
-            "providers.p.apiKeyEnv",
+            "provider p: its apiKeyEnv is",
         ),
-        ({"auth": {"keys": [{"keyEnv": SECRET, "tenant": "t"}]}}, "auth.keys.0.keyEnv"),
+        ({"auth": {"keys": [{"keyEnv": SECRET, "tenant": "t"}]}}, "auth.keys.0.keyEnv:"),
         (
             {"auth": {"keys": [{"keyEnv": SECRET, "tenant": t} for t in "ab"]}},
-            "auth.keys.0.keyEnv",
+            "auth.keys.0.keyEnv:",
         ),
-        ({"auth": {"metricsKeyEnv": SECRET}}, "auth.metricsKeyEnv"),
-        ({"auth": {"metricsKeyEnv": "MY KEY"}}, "auth.metricsKeyEnv"),
-        ({"auth": {"metricsKeyEnv": "9KEY"}}, "auth.metricsKeyEnv"),
+        ({"auth": {"metricsKeyEnv": SECRET}}, "auth.metricsKeyEnv:"),
+        ({"auth": {"metricsKeyEnv": "MY KEY"}}, "auth.metricsKeyEnv:"),
+        ({"auth": {"metricsKeyEnv": "9KEY"}}, "auth.metricsKeyEnv:"),
     ],
 )
 def test_a_value_that_is_no_variable_name_is_refused_unquoted(
@@ -40,7 +40,7 @@ def test_a_value_that_is_no_variable_name_is_refused_unquoted(
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env={})
     reason = str(refused.value)
-    assert reason.startswith(f"{where}: not an environment variable's name"), reason
+    assert reason.startswith(f"{where} not an environment variable's name"), reason
     assert "never the key itself" in reason
     assert SECRET not in reason and "MY KEY" not in reason and "9KEY" not in reason
 
@@ -67,7 +67,7 @@ def test_config_check_never_prints_a_key_pasted_as_a_variable_name(
     assert main(["config", "check", "--config", str(config)]) == 2
     said = capsys.readouterr()
     assert SECRET not in said.out + said.err
-    assert "apiKeyEnv: not an environment variable's name" in said.err
+    assert "provider openai: its apiKeyEnv is not an environment variable's name" in said.err
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_a_provider_key_that_is_a_proxy_key_is_refused_unquoted(
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env=env)
     reason = str(refused.value)
-    assert reason.startswith(f"providers.p.apiKeyEnv: ${provider_env} "), reason
+    assert reason.startswith(f"provider p: its apiKeyEnv ${provider_env} "), reason
     assert "auth.keys[0]" in reason and "shared-key" not in reason
     # one variable for both was said as "$K_A is $K_A (auth.keys[0])"
     assert f"${provider_env} is ${provider_env}" not in reason
@@ -118,7 +118,7 @@ def test_a_key_spelled_as_a_name_is_refused_unquoted(key: str) -> None:
     raw = {"providers": {"p": {"baseUrl": "http://h/v1", "apiKeyEnv": key}}}
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, env={})
-    assert "providers.p.apiKeyEnv: not an environment variable's name" in str(refused.value)
+    assert "provider p: its apiKeyEnv is not an environment variable's name" in str(refused.value)
     assert key not in str(refused.value)
 
 
@@ -134,5 +134,5 @@ def test_a_proxy_key_in_a_provider_no_agent_calls_is_taken() -> None:
     env = {"CASCADE_KEY": "cx-shared", "OPENAI_API_KEY": "cx-shared"}
     assert parse_config(raw, env=env).providers["openai"].api_key_env == "OPENAI_API_KEY"
     raw["embedding"] = {"provider": "openai", "model": "text-embedding-3-small"}
-    with pytest.raises(ConfigError, match=r"^providers\.openai\.apiKeyEnv: "):
+    with pytest.raises(ConfigError, match=r"^provider openai: its apiKeyEnv "):
         parse_config(raw, env=env)  # the embedder calls it

@@ -42,7 +42,7 @@ def test_a_config_key_holding_a_secret_is_refused_without_echoing_it(tmp_path: P
     reason = str(refused.value)
     assert SECRET not in reason
     assert "\n" not in reason
-    assert "providers.openai.apiKey: Extra inputs are not permitted" in reason
+    assert "providers.openai.apiKey is refused: Extra inputs are not permitted" in reason
     assert "context.eviction.atFraction: Input should be a valid number" in reason
     assert "errors.pydantic.dev" not in reason
 

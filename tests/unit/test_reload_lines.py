@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from proxy import config_report
+from proxy.cascade.redaction import REDACTED
 from proxy.cascade.types import CONFIG_REJECTED, CONFIG_RELOADED
 from proxy.config import load_config
 from proxy.config_watch import ConfigHolder
-from proxy.logs import masked
+from proxy.logs import JsonFormatter, TextFormatter, masked
 
 
 def _holder(tmp_path: Path) -> ConfigHolder:
@@ -22,51 +23,81 @@ def _holder(tmp_path: Path) -> ConfigHolder:
     return ConfigHolder(load_config(path, {}), path)
 
 
+def _written(record: logging.LogRecord, fmt: str) -> str:
+    """The record's message as the log writes it in ``fmt`` (through the secret scrub)."""
+    if fmt == "json":
+        return str(json.loads(JsonFormatter().format(record))["message"])
+    return TextFormatter().format(record)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
 @pytest.mark.parametrize(
-    ("key_env", "why"),
+    ("key_env", "auth", "why"),
     [
-        ("sk-proj-1a2b3c4d5e6f7a8b9c0d", "not an environment variable's name"),
-        ("", "empty; name the variable"),
-        ("${OPENAI_API_KEY}", "takes the variable's name as it is"),
+        ("sk-proj-1a2b3c4d5e6f7a8b9c0d", {}, "is not an environment variable's name"),
+        ("", {}, "is empty; name the variable holding the provider's key"),
+        ("${OPENAI_API_KEY}", {}, "takes the variable's name as it is, OPENAI_API_KEY"),
+        ("K_A", {"keys": [{"keyEnv": "K_A", "tenant": "a"}]}, "$K_A is auth.keys[0]'s keyEnv"),
+        (5, {}, "is refused: Input should be a valid string"),
     ],
 )
 def test_a_refused_api_key_env_is_logged_with_its_reason_whole(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, key_env: str, why: str
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    key_env: object,
+    auth: dict[str, object],
+    why: str,
+    fmt: str,
 ) -> None:
     """``providers.p.apiKeyEnv: not an environment variable's name`` read to the scrub as a
     key and its value: the line said ``apiKeyEnv: [REDACTED] an environment variable's
-    name``, the opposite of the reason."""
+    name``, the opposite of the reason. The refusal names the provider, then its key."""
     holder = _holder(tmp_path)
     provider = {"baseUrl": "http://127.0.0.1:9/v1", "apiKeyEnv": key_env}
-    holder.path.write_text(json.dumps({"providers": {"p": provider}}))  # type: ignore[union-attr]
+    raw = {"providers": {"p": provider}, "agents": {"default": {"provider": "p"}}, "auth": auth}
+    holder.path.write_text(json.dumps(raw))  # type: ignore[union-attr]
     with caplog.at_level(logging.WARNING, logger="cascade.config"):
         assert holder.reload({})[0] == CONFIG_REJECTED
-    [line] = [masked(r.getMessage()) for r in caplog.records]
-    assert f"providers.p.apiKeyEnv: {why}" in line
+    [line] = [_written(r, fmt) for r in caplog.records]
+    assert f"provider p: its apiKeyEnv {why}" in line
+    assert REDACTED not in line
     assert "sk-proj-1a2b3c4d5e6f7a8b9c0d" not in line
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_reload_of_a_providers_api_key_env_is_logged_readable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fmt: str
+) -> None:
+    """The reload line names the setting by its path, which no pattern reads as a key."""
+    holder = _holder(tmp_path)
+    provider = {"baseUrl": "http://127.0.0.1:9/v1", "apiKeyEnv": "P_KEY"}
+    holder.path.write_text(json.dumps({"providers": {"p": provider}}))  # type: ignore[union-attr]
+    with caplog.at_level(logging.INFO, logger="cascade.config"):
+        assert holder.reload({})[0] == CONFIG_RELOADED
+    [line] = [_written(r, fmt) for r in caplog.records if "reloaded" in r.getMessage()]
+    assert line.endswith(f"config {holder.path} reloaded: added providers.p")
 
 
 @pytest.mark.parametrize(
     ("line", "logged"),
     [
-        ("apiKeyEnv: hunter2abc", "apiKeyEnv: [REDACTED]"),
-        ('{"apiKeyEnv": "hunter2abc"}', '{"apiKeyEnv": "[REDACTED]"}'),
-        ("SECRET_ENV=hunter2abc", "SECRET_ENV=[REDACTED]"),
-        ("xproviders.p.apiKeyEnv: hunter2abc", "xproviders.p.apiKeyEnv: [REDACTED]"),
-        (
-            "providers.p.apiKeyEnv: sk-proj-1a2b3c4d5e6f7a8b9c0d1e2f",
-            "providers.p.apiKeyEnv: [REDACTED]",
-        ),
-        ("providers.p.apiKeyEnv: x; password=hunter2abc", "providers.p.apiKeyEnv: x; password=***"),
+        ("apiKeyEnv: hunter2abc", f"apiKeyEnv: {REDACTED}"),
+        ('{"apiKeyEnv": "hunter2abc"}', f'{{"apiKeyEnv": "{REDACTED}"}}'),
+        ("SECRET_ENV=hunter2abc", f"SECRET_ENV={REDACTED}"),
+        ("API_KEY_ENV=a8f5f167f44f4964e6c998dee827110c", f"API_KEY_ENV={REDACTED}"),
+        ("token.env: 8c1f2d9e7a6b5c4d", f"token.env: {REDACTED}"),
+        ("providers.p.apiKeyEnv: hunter2abc", f"providers.p.apiKeyEnv: {REDACTED}"),
+        ("providers.p.apiKeyEnv: not a name", f"providers.p.apiKeyEnv: {REDACTED} a name"),
     ],
 )
-def test_only_a_refusal_naming_a_providers_api_key_env_keeps_its_reason(
-    line: str, logged: str
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_key_ending_in_env_is_masked_in_the_log_as_any_key(
+    line: str, logged: str, fmt: str
 ) -> None:
-    """The reason after a refusal's ``providers.<name>.apiKeyEnv:`` is kept, and nothing
-    else: a key ending in ``env`` elsewhere in a line (a provider's body echoing a request)
-    is a secret's key, and a secret's shape is masked after that path too."""
-    assert masked(line) == logged
+    """No line is excepted from the scrub: a key ending in ``env`` (a provider's body echoing
+    a request, a tool's output) holds its secret, a file's path to ``apiKeyEnv`` too."""
+    record = logging.LogRecord("cascade", logging.WARNING, __file__, 1, line, None, None)
+    assert _written(record, fmt).endswith(logged)
 
 
 def test_a_reload_names_each_setting_it_changed_and_no_value(

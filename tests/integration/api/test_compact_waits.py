@@ -78,6 +78,34 @@ def _noted(s: Stack) -> threading.Event:
     return asked
 
 
+def _a_hard_chat_waits_it_out(
+    s: Stack,
+    agent: Agent,
+    held: Pacer,
+    compacting: tuple[threading.Thread, list[httpx.Response]],
+    under: int,
+    over: int,
+) -> list[str]:
+    """With ``/compact``'s summary ``held`` (``compacting``: its thread and answer), a turn
+    of ``under`` tokens, then a chat of ``over`` tokens on a thread, which waits for the
+    claim (``_noted``); then the summary comes, ``/compact`` is answered 200 and the chat
+    too: what the chat said."""
+    compact, out = compacting
+    waiting = _noted(s)
+    agent.say(words(under, "m"))
+    said: list[str] = []
+    chat = threading.Thread(target=lambda: said.append(agent.say(words(over, "big"))))
+    chat.start()
+    try:
+        assert waiting.wait(10), "the request over the hard threshold did not wait"
+    finally:
+        held.allow(20)
+    compact.join(15)
+    chat.join(15)
+    assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+    return said
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_compact_sent_during_a_turn_folds_that_turns_reply(
     stream: bool, tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
@@ -162,18 +190,8 @@ def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
         out: list[httpx.Response] = []
         compact = _compact(s, "hardwait", out)
         wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
-        waiting = _noted(s)
-        agent.say(words(50, "m"))  # under the threshold: more for another compaction to fold
-        said: list[str] = []
-        chat = threading.Thread(target=lambda: said.append(agent.say(words(600, "big"))))
-        chat.start()
-        try:
-            assert waiting.wait(10), "the request over the hard threshold did not wait"
-        finally:
-            held.allow(20)
-        compact.join(15)
-        chat.join(15)
-        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        # under the threshold (more for another compaction to fold), then over it
+        said = _a_hard_chat_waits_it_out(s, agent, held, (compact, out), 50, 600)
         assert said == ["ok"]
         rows = s.summaries("hardwait")
         last = s.main_bodies()[-1]
@@ -203,18 +221,8 @@ def test_a_hard_request_still_over_after_a_compacts_summary_compacts_on_it(
         out: list[httpx.Response] = []
         compact = _compact(s, "stillover", out)
         wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
-        waiting = _noted(s)
-        agent.say(words(200, "m"))  # under the threshold
-        said: list[str] = []
-        chat = threading.Thread(target=lambda: said.append(agent.say(words(1500, "big"))))
-        chat.start()
-        try:  # over 0.6 of 4000 before /compact's summary and after it
-            assert waiting.wait(10), "the request over the hard threshold did not wait"
-        finally:
-            held.allow(20)
-        compact.join(15)
-        chat.join(15)
-        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+        # under the threshold, then over 0.6 of 4000 before /compact's summary and after it
+        said = _a_hard_chat_waits_it_out(s, agent, held, (compact, out), 200, 1500)
         assert said == ["ok"]
         rows = s.summaries("stillover")
         last = s.main_bodies()[-1]

@@ -15,14 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.fakes.replies import Pacer
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import Agent, Model, wait_until, words
+from tests.integration.api.compaction_stack import Agent, Model, wait_until
 from tests.integration.api.conftest import StartProxy
-from tests.integration.api.limited_keys import FULL, client, start_with_limited_key
+from tests.integration.api.limited_keys import (
+    FULL,
+    client,
+    compact_in_thread,
+    noting_arrival,
+    reviewers_session,
+)
 from tests.integration.conftest import column
 
 SID = "moved"
@@ -36,16 +41,6 @@ NAMES = "SELECT name FROM events WHERE session_id = $1 AND name LIKE $2 ORDER BY
 DATA = "SELECT data::text FROM events WHERE session_id = $1 AND name = $2"
 
 
-def _post(origin: str, name: str, out: dict[str, httpx.Response]) -> threading.Thread:
-    def run() -> None:
-        with client(origin, FULL) as http:
-            out[name] = http.post(f"/v1/sessions/{SID}/compact", timeout=30)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def _start(
     start_proxy: StartProxy,
     fake_upstream: FakeUpstream,
@@ -54,26 +49,14 @@ def _start(
 ) -> tuple[Any, Model, Pacer, Agent]:
     held = Pacer(first=True)  # the first briefing, until the test lets it come
     model = Model(fast=(REVIEWER_FAST, CODER_FAST), fast_pacer=held)
-    fake_upstream.default = model
-    proxy = start_with_limited_key(
-        start_proxy,
-        fake_upstream,
-        tmp_path,
-        monkeypatch,
-        agents=AGENTS,
-        context={"summarize": {"keepRecent": 2}},
+    proxy, agent = reviewers_session(
+        start_proxy, fake_upstream, tmp_path, monkeypatch, sid=SID, agents=AGENTS, model=model
     )
-    full = openai.OpenAI(
-        base_url=proxy.url,
-        api_key=FULL,
-        max_retries=0,
-        default_headers={"X-Session-Id": SID},
-        timeout=20,
-    )
-    agent = Agent(full, model="reviewer")
-    for i in range(3):
-        agent.say(words(200, f"t{i}"))  # the reviewer's session, with something to fold
     return proxy, model, held, agent
+
+
+def _post(origin: str, name: str, out: dict[str, httpx.Response]) -> threading.Thread:
+    return compact_in_thread(origin, FULL, SID, out, name)
 
 
 def _fast_models(fake_upstream: FakeUpstream) -> list[str]:
@@ -135,16 +118,8 @@ def test_a_compact_that_waited_while_the_session_moved_uses_the_new_agent(
     answers: dict[str, httpx.Response] = {}
     first = _post(proxy.origin, "first", answers)  # holds the claim while its briefing is held
     wait_until(lambda: len(model.fast_times) == 1, 10, "the reviewer's fast call")
-    summarizer = proxy.state("summarizer")
-    arrived = threading.Event()
-    compact_now = summarizer.compact_now
-
     # built for the reviewer: now it waits for the claim
-    async def noted(job: Any, pause: Any = None) -> Any:
-        arrived.set()
-        return await compact_now(job, pause)
-
-    monkeypatch.setattr(summarizer, "compact_now", noted)
+    arrived = noting_arrival(proxy, monkeypatch)
     second = _post(proxy.origin, "second", answers)
     assert arrived.wait(10), "the second compact never reached the summarizer"
 

@@ -7,8 +7,10 @@ the provider called. The ``/compact`` endpoint's client is held to the same
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -20,6 +22,7 @@ from tests.integration.api.compaction_stack import (
     MAIN,
     Agent,
     Model,
+    Stack,
     stack,
     wait_until,
     words,
@@ -29,6 +32,33 @@ from tests.integration.api.test_compact_waits import SUMMARIZE, _compact
 
 TENANT = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
 SID = "leaves"
+
+
+def _leave_at_the_first_keep_alive(s: Stack, body: dict[str, Any]) -> None:
+    """The streamed chat ``body``, left by its client at its first frame, a keep-alive: it
+    waits, its 200 sent."""
+    headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
+    with (
+        httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=10) as c,
+        c.stream("POST", "/v1/chat/completions", json=body) as resp,
+    ):
+        assert next(resp.iter_raw()).startswith(b": keep-alive")  # waiting, its 200 sent
+
+
+def _freed_then_first_answered(
+    s: Stack, held: Pacer, compact: threading.Thread, out: list[httpx.Response]
+) -> None:
+    """The session is freed at once for the client that left; then the first compaction's
+    call comes (``held``), and its ``/compact`` is answered 200; then a poll of the claim
+    has had its time."""
+    try:
+        freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+        assert freed, "the session stayed held for a client that had left"
+    finally:
+        held.allow(20)
+    compact.join(15)
+    assert out and out[0].status_code == 200, out[0].text if out else "no answer"
+    time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
 
 
 def test_a_stream_whose_client_leaves_while_it_waits_for_a_compaction_ends_there(
@@ -48,20 +78,8 @@ def test_a_stream_whose_client_leaves_while_it_waits_for_a_compaction_ends_there
         agent.say(words(200, "m"))
         big = {"role": "user", "content": words(1500, "big")}  # over 0.6 of 4000 after it too
         body = {"model": MAIN, "messages": [*agent.messages, big], "stream": True}
-        headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
-        with (
-            httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=10) as c,
-            c.stream("POST", "/v1/chat/completions", json=body) as resp,
-        ):
-            assert next(resp.iter_raw()).startswith(b": keep-alive")  # waiting, its 200 sent
-        try:
-            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
-            assert freed, "the session stayed held for a client that had left"
-        finally:
-            held.allow(20)
-        compact.join(15)
-        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
-        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        _leave_at_the_first_keep_alive(s, body)
+        _freed_then_first_answered(s, held, compact, out)
         assert len(model.fast_times) == 1, "a compaction ran for a client that had left"
         assert len(s.main_bodies()) == 4  # the agent's four turns; none for the one that left
         assert [r["version"] for r in s.summaries(SID)] == [1]
@@ -86,20 +104,8 @@ def test_a_compact_command_whose_client_leaves_while_another_compaction_runs_com
         s.replied(SID)
         command = {"role": "user", "content": "/compact"}
         body = {"model": MAIN, "messages": [*agent.messages, command], "stream": True}
-        headers = {"authorization": f"Bearer {CLIENT_KEY}", "x-session-id": SID}
-        with (
-            httpx.Client(base_url=s.proxy.origin, headers=headers, timeout=10) as c,
-            c.stream("POST", "/v1/chat/completions", json=body) as resp,
-        ):
-            assert next(resp.iter_raw()).startswith(b": keep-alive")  # waiting, its 200 sent
-        try:
-            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
-            assert freed, "the session stayed held for a client that had left"
-        finally:
-            held.allow(20)
-        compact.join(15)
-        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
-        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        _leave_at_the_first_keep_alive(s, body)
+        _freed_then_first_answered(s, held, compact, out)
         assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
         assert [r["version"] for r in s.summaries(SID)] == [1]
 
@@ -130,13 +136,6 @@ def test_a_chat_not_streamed_whose_client_leaves_while_it_waits_for_a_compaction
                 raise AssertionError("answered while the compaction was held")
             except httpx.ReadTimeout:
                 pass  # the client gives up and closes its connection
-        try:
-            freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
-            assert freed, "the session stayed held for a client that had left"
-        finally:
-            held.allow(20)
-        compact.join(15)
-        assert out and out[0].status_code == 200, out[0].text if out else "no answer"
-        time.sleep(0.6)  # a poll of the claim lands at most 0.5 s after it is freed
+        _freed_then_first_answered(s, held, compact, out)
         assert len(model.fast_times) == 1, "a compaction ran for a client that had left"
         assert len(s.main_bodies()) == 4  # the agent's four turns; none for the one that left

@@ -3,7 +3,8 @@
 replica that refused a file rolled out to every replica (a ConfigMap's update) kept serving
 the old config, and only its log said so. Its log line, as written (through the secret
 scrub), names what changed and, refused, why: it said ``reloaded`` and nothing of what, and a
-refused ``apiKeyEnv`` read ``apiKeyEnv: [REDACTED] an environment variable's name``."""
+refused ``apiKeyEnv`` read ``apiKeyEnv: [REDACTED] an environment variable's name`` (so the
+refusal names the provider, then its key: ``provider p: its apiKeyEnv is not …``)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def test_the_log_says_what_a_reload_changed_and_why_one_was_refused(
     _until(proxy, 1, 1)
     said = [masked(r.getMessage()) for r in records.records if r.name == "cascade.config"]
     assert said == [
-        f"config {config_path} rejected, keeping the previous one: providers.openai.apiKeyEnv: "
-        "not an environment variable's name (letters, digits, _, - and ., not starting with a "
-        "digit); it names the variable that holds the key, never the key itself",
+        f"config {config_path} rejected, keeping the previous one: provider openai: its "
+        "apiKeyEnv is not an environment variable's name (letters, digits, _, - and ., not "
+        "starting with a digit); it names the variable that holds the key, never the key itself",
         f"config {config_path} reloaded: added models.gpt-4o; removed models.default",
     ]

@@ -36,16 +36,29 @@ def _until_live(events: EventStream) -> list[str]:
     raise AssertionError("event stream ended")
 
 
-async def _write_late(dsn: str, sid: str, ids: list[int], commit: threading.Event) -> None:
-    """``test.late``, written in a transaction left open, then ``test.early`` committed (their
-    ids to ``ids``); the first commits once ``commit`` is set."""
+async def _write_late(
+    dsn: str, sid: str, ids: list[int], commit: threading.Event, early: int | None
+) -> None:
+    """``test.late``, written in a transaction left open, then ``test.early`` committed (one,
+    or ``early`` at once); their ids to ``ids``. ``test.late`` commits once ``commit`` is
+    set."""
     late = await asyncpg.connect(dsn)
     try:
         async with late.transaction():
             ids.append(int(await late.fetchval(INSERT, sid, "test.late")))
             other = await asyncpg.connect(dsn)
             try:
-                ids.append(int(await other.fetchval(INSERT, sid, "test.early")))
+                if early is None:
+                    ids.append(int(await other.fetchval(INSERT, sid, "test.early")))
+                else:
+                    rows = await other.fetch(
+                        "INSERT INTO events (tenant, session_id, name, data) SELECT tenant, "
+                        "id, 'test.early', jsonb_build_object('session_id', id) FROM "
+                        "sessions, generate_series(1, $2) WHERE id = $1 RETURNING id",
+                        sid,
+                        early,
+                    )
+                    ids.extend(sorted(int(r["id"]) for r in rows))
             finally:
                 await other.close()
             await asyncio.to_thread(commit.wait, 10)
@@ -53,31 +66,48 @@ async def _write_late(dsn: str, sid: str, ids: list[int], commit: threading.Even
         await late.close()
 
 
+class _LateWriter:
+    """``_write_late`` on a thread of its own: ``ids`` as they are written, ``commit`` to set
+    for ``test.late`` to commit."""
+
+    def __init__(self, settings: Settings, sid: str, early: int | None = None) -> None:
+        assert settings.database_url is not None
+        self.ids: list[int] = []
+        self.commit = threading.Event()
+        self.thread = threading.Thread(
+            target=run_sync,
+            args=(_write_late(settings.database_url, sid, self.ids, self.commit, early),),
+        )
+
+    def start(self, written: int) -> list[int]:
+        """Starts the writer and waits until it has written ``written`` ids."""
+        self.thread.start()
+        while len(self.ids) < written and self.thread.is_alive():
+            time.sleep(0.01)
+        return self.ids
+
+    def end(self) -> None:
+        self.commit.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+
 def test_an_id_below_last_event_id_committed_after_the_reconnect_comes(
     proxy: ProxyServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert settings.database_url is not None
     monkeypatch.setattr(events_api, "CATCH_UP_SECONDS", 0.3)
     chat(proxy.origin, "late", [user("u1")])  # a turn's events, written just now
-    ids: list[int] = []
-    commit = threading.Event()
-    writer = threading.Thread(
-        target=run_sync, args=(_write_late(settings.database_url, "late", ids, commit),)
-    )
-    writer.start()
+    writer = _LateWriter(settings, "late")
     try:
-        while len(ids) < 2 and writer.is_alive():
-            time.sleep(0.01)
-        late, early = ids
+        late, early = writer.start(2)
         assert late < early
         # the client received ``early`` (its stream sent it, then ended) and comes back
         with open_events(proxy.origin, "late", last_event_id=str(early)) as events:
             replay = _until_live(events)
-            commit.set()
+            writer.commit.set()
             got = events.next()
     finally:
-        commit.set()
-        writer.join()
+        writer.end()
     assert not [line for line in replay if line.startswith("id:")]  # nothing the client has
     assert (got.event, got.id) == ("test.late", str(late))
 
@@ -88,63 +118,26 @@ def test_an_id_below_the_last_frames_committed_after_it_comes_on_the_reconnect(
     """The client received ``early`` live while ``late``, its id below, was not committed;
     the stream ended there, ``late`` committed, and the reconnect's replay finds it: the
     client's Last-Event-ID (a resume token) says it does not have it."""
-    assert settings.database_url is not None
     monkeypatch.setattr(test_events, "READ_TIMEOUT", 1.0)
     chat(proxy.origin, "late-after", [user("u1")])
-    ids: list[int] = []
-    commit = threading.Event()
-    writer = threading.Thread(
-        target=run_sync, args=(_write_late(settings.database_url, "late-after", ids, commit),)
-    )
+    writer = _LateWriter(settings, "late-after")
     try:
         with open_events(proxy.origin, "late-after") as events:
             events.until(is_usage)
-            writer.start()
-            while len(ids) < 2 and writer.is_alive():
-                time.sleep(0.01)
-            late, early = ids
+            late, early = writer.start(2)
             events.until(lambda f: f.event == "test.early")
             with pytest.raises(httpx.ReadTimeout):  # the client's last frame was the one after
                 events.next()
             last_id = events.last_id
-        commit.set()
-        writer.join()
+        writer.end()
         assert last_id is not None
         with open_events(proxy.origin, "late-after", last_event_id=last_id) as events:
             replay = _until_live(events)
     finally:
-        commit.set()
-        if writer.is_alive():
-            writer.join()
+        writer.end()
     assert [line for line in replay if line.startswith("id:")][:1] == [f"id: {late}"]
     assert "event: test.early" not in replay  # the client has it
     assert replay[-2:] == [f"id: {early}", ""]  # and resumes past it: it has both
-
-
-async def _write_late_busy(
-    dsn: str, sid: str, ids: list[int], commit: threading.Event, early: int
-) -> None:
-    """``test.late`` in a transaction left open, then ``early`` ``test.early`` events
-    committed at once (ids past it); ``test.late`` commits once ``commit`` is set."""
-    late = await asyncpg.connect(dsn)
-    try:
-        async with late.transaction():
-            ids.append(int(await late.fetchval(INSERT, sid, "test.late")))
-            other = await asyncpg.connect(dsn)
-            try:
-                rows = await other.fetch(
-                    "INSERT INTO events (tenant, session_id, name, data) SELECT tenant, id, "
-                    "'test.early', jsonb_build_object('session_id', id) FROM sessions, "
-                    "generate_series(1, $2) WHERE id = $1 RETURNING id",
-                    sid,
-                    early,
-                )
-                ids.extend(sorted(int(r["id"]) for r in rows))
-            finally:
-                await other.close()
-            await asyncio.to_thread(commit.wait, 10)
-    finally:
-        await late.close()
 
 
 def test_a_late_commit_below_more_ids_than_a_token_lists_comes_on_the_reconnect(
@@ -154,36 +147,24 @@ def test_a_late_commit_below_more_ids_than_a_token_lists_comes_on_the_reconnect(
     (``event_cursor.TOKEN_IDS``) while ``late``, below them, was not committed. Its last
     frame lists the lowest ones, not the last event's id alone: the reconnect's replay sends
     ``late`` and those it left out again (a second time at most), and nothing is lost."""
-    assert settings.database_url is not None
     monkeypatch.setattr(test_events, "READ_TIMEOUT", 1.0)
     sid, early = "late-busy", event_cursor.TOKEN_IDS + 6
     chat(proxy.origin, sid, [user("u1")])
-    ids: list[int] = []
-    commit = threading.Event()
-    writer = threading.Thread(
-        target=run_sync,
-        args=(_write_late_busy(settings.database_url, sid, ids, commit, early),),
-    )
+    writer = _LateWriter(settings, sid, early)
     try:
         with open_events(proxy.origin, sid) as events:
             had = {f.id for f in events.until(is_usage)}
-            writer.start()
-            while len(ids) < early + 1 and writer.is_alive():
-                time.sleep(0.01)
-            late, *written = ids
+            late, *written = writer.start(early + 1)
             had |= {f.id for f in events.until(lambda f: f.id == str(written[-1]), max_frames=99)}
             with pytest.raises(httpx.ReadTimeout):  # the client's last frame was the one after
                 events.next()
             last_id = events.last_id
-        commit.set()
-        writer.join()
+        writer.end()
         assert last_id is not None
         with open_events(proxy.origin, sid, last_event_id=last_id) as events:
             replay = _until_live(events)
     finally:
-        commit.set()
-        if writer.is_alive():
-            writer.join()
+        writer.end()
     again = [line.removeprefix("id: ") for line in replay if line.startswith("id: ")]
     assert str(late) in again and str(late) not in had
     assert {str(i) for i in written} <= had  # each early event came, and may come again

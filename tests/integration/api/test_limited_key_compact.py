@@ -8,35 +8,29 @@ gives, nothing read, reported or written."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from tests.fakes.replies import Pacer
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.compaction_stack import FAST, Agent, Model, wait_until, words
+from tests.integration.api.compaction_stack import FAST, Model, wait_until
 from tests.integration.api.conftest import StartProxy
-from tests.integration.api.limited_keys import FULL, LIMITED, client, start_with_limited_key
+from tests.integration.api.limited_keys import (
+    FULL,
+    LIMITED,
+    client,
+    compact_in_thread,
+    noting_arrival,
+    reviewers_session,
+)
 from tests.integration.conftest import column
 
 SID = "compacted"
 AGENTS = {
     name: {"provider": "openai", "fastModel": FAST} for name in ("default", "coder", "reviewer")
 }
-
-
-def _post(origin: str, key: str, out: dict[str, httpx.Response]) -> threading.Thread:
-    def run() -> None:
-        with client(origin, key) as http:
-            out[key] = http.post(f"/v1/sessions/{SID}/compact", timeout=30)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def test_a_limited_compact_waiting_behind_an_agent_change_is_refused_doing_nothing(
@@ -48,40 +42,17 @@ def test_a_limited_compact_waiting_behind_an_agent_change_is_refused_doing_nothi
 ) -> None:
     held = Pacer(first=True)  # the first compaction's briefing, until the test lets it come
     model = Model(fast_pacer=held)
-    fake_upstream.default = model
-    proxy = start_with_limited_key(
-        start_proxy,
-        fake_upstream,
-        tmp_path,
-        monkeypatch,
-        agents=AGENTS,
-        context={"summarize": {"keepRecent": 2}},
+    proxy, agent = reviewers_session(
+        start_proxy, fake_upstream, tmp_path, monkeypatch, sid=SID, agents=AGENTS, model=model
     )
-    full = openai.OpenAI(
-        base_url=proxy.url,
-        api_key=FULL,
-        max_retries=0,
-        default_headers={"X-Session-Id": SID},
-        timeout=20,
-    )
-    agent = Agent(full, model="reviewer")
-    for i in range(3):
-        agent.say(words(200, f"t{i}"))  # the reviewer's session, with something to fold
 
     answers: dict[str, httpx.Response] = {}
-    first = _post(proxy.origin, FULL, answers)  # holds the claim while its briefing is held
+    # holds the claim while its briefing is held
+    first = compact_in_thread(proxy.origin, FULL, SID, answers)
     wait_until(lambda: len(model.fast_times) == 1, 10, "the first compaction's fast call")
-    summarizer = proxy.state("summarizer")
-    arrived = threading.Event()
-    compact_now = summarizer.compact_now
-
     # past the key's check as it arrived: now it waits
-    async def noted(job: Any, pause: Any = None) -> Any:
-        arrived.set()
-        return await compact_now(job, pause)
-
-    monkeypatch.setattr(summarizer, "compact_now", noted)
-    limited = _post(proxy.origin, LIMITED, answers)
+    arrived = noting_arrival(proxy, monkeypatch)
+    limited = compact_in_thread(proxy.origin, LIMITED, SID, answers)
     assert arrived.wait(10), "the limited key's compact never reached the summarizer"
 
     agent.model = "coder"

@@ -42,18 +42,20 @@ def traced(settings: Settings, exporter: InMemorySpanExporter) -> Iterator[Proxy
     provider.shutdown()
 
 
+def _chat(server: ProxyServer, traceparent: str) -> httpx.Response:
+    """A chat request to ``server`` sent with ``traceparent``, as a traced client sends it."""
+    return httpx.post(
+        f"{server.origin}{CHAT}",
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": "Bearer sk-test-client", "traceparent": traceparent},
+        timeout=20,
+    )
+
+
 def test_a_clients_traceparent_makes_the_request_span_its_child(
     traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> None:
-    resp = httpx.post(
-        f"{traced.origin}{CHAT}",
-        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
-        headers={
-            "authorization": "Bearer sk-test-client",
-            "traceparent": f"00-{TRACE}-{PARENT}-01",
-        },
-        timeout=20,
-    )
+    resp = _chat(traced, f"00-{TRACE}-{PARENT}-01")
     assert resp.status_code == 200
     spans = finished(exporter)
     (request,) = by_kind(spans, SpanKind.SERVER)
@@ -68,12 +70,7 @@ def test_a_clients_traceparent_makes_the_request_span_its_child(
 def test_a_malformed_traceparent_starts_a_trace_of_its_own(
     traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> None:
-    resp = httpx.post(
-        f"{traced.origin}{CHAT}",
-        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
-        headers={"authorization": "Bearer sk-test-client", "traceparent": "00-zz-not-valid"},
-        timeout=20,
-    )
+    resp = _chat(traced, "00-zz-not-valid")
     assert resp.status_code == 200
     (request,) = by_kind(finished(exporter), SpanKind.SERVER)
     assert request.parent is None
@@ -102,15 +99,7 @@ def test_each_provider_call_carries_its_own_spans_traceparent(
 def test_without_tracing_no_trace_header_goes_upstream(
     proxy: ProxyServer, fake_upstream: FakeUpstream
 ) -> None:
-    resp = httpx.post(
-        f"{proxy.origin}{CHAT}",
-        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
-        headers={
-            "authorization": "Bearer sk-test-client",
-            "traceparent": f"00-{TRACE}-{PARENT}-01",
-        },
-        timeout=20,
-    )
+    resp = _chat(proxy, f"00-{TRACE}-{PARENT}-01")
     assert resp.status_code == 200
     (sent,) = fake_upstream.requests
     assert "traceparent" not in sent.headers
@@ -147,15 +136,7 @@ def test_a_call_cancelled_because_the_client_left_is_no_provider_error(
 def test_a_clients_unsampled_traceparent_records_no_span_and_says_so_upstream(
     traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> None:
-    resp = httpx.post(
-        f"{traced.origin}{CHAT}",
-        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
-        headers={
-            "authorization": "Bearer sk-test-client",
-            "traceparent": f"00-{TRACE}-{PARENT}-00",
-        },
-        timeout=20,
-    )
+    resp = _chat(traced, f"00-{TRACE}-{PARENT}-00")
     assert resp.status_code == 200
     (sent,) = fake_upstream.requests
     version, trace, _, flags = sent.headers["traceparent"].split("-")

@@ -15,7 +15,9 @@ a session-level advisory lock, a temporary table) fails here rather than passing
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -40,13 +42,21 @@ from tests.integration.pooler.pgbouncer import (
 __all__ = ["admin", "client", "config_path", "http", "proxy", "records", "replicas", "settings"]
 
 
-@pytest.fixture(scope="session")
-def pgbouncer(pg_dsn: str) -> Iterator[PgBouncer]:
-    """This directory's PgBouncer: transaction mode, server connections lent in turn."""
+@contextlib.contextmanager
+def own_pgbouncer(direct_dsn: str, **options: Any) -> Iterator[PgBouncer]:
+    """A PgBouncer in front of ``direct_dsn``'s server (``start_pgbouncer``'s ``options``),
+    stopped at the end; the test is skipped where none is installed."""
     binary = find_pgbouncer()
     if binary is None:
         pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run does)")
-    with start_pgbouncer(binary, pg_dsn, round_robin=True) as bouncer:
+    with start_pgbouncer(binary, direct_dsn, **options) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_dsn: str) -> Iterator[PgBouncer]:
+    """This directory's PgBouncer: transaction mode, server connections lent in turn."""
+    with own_pgbouncer(pg_dsn, round_robin=True) as bouncer:
         yield bouncer
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -25,7 +26,8 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, Records
 from tests.integration.api.sse_frames import DONE, _data_frames
 from tests.integration.api.test_database_loss import assert_unavailable, post, stored_soon
-from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
+from tests.integration.pooler.conftest import own_pgbouncer
+from tests.integration.pooler.pgbouncer import PgBouncer
 
 BOUND = 1.0  # the proxy's statement timeout here
 PATIENCE = 20.0  # what must happen, however slowly a loaded machine gets there
@@ -35,17 +37,14 @@ TTL = 1.0  # the lease's time to live where a test waits it out
 
 @pytest.fixture
 def bouncer(db_dsn: str) -> Iterator[PgBouncer]:
-    binary = find_pgbouncer()
-    if binary is None:
-        pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
-    with start_pgbouncer(binary, db_dsn, pool_size=4) as own:
+    with own_pgbouncer(db_dsn, pool_size=4) as own:
         yield own
 
 
-@pytest.fixture
-def pooled(bouncer: PgBouncer, db_dsn: str, config_path: Path) -> Iterator[ProxyServer]:
-    """A replica behind ``bouncer`` as README deploys one (the LISTEN straight to PostgreSQL)."""
-    settings = Settings(
+def _settings(bouncer: PgBouncer, db_dsn: str, config_path: Path, **more: Any) -> Settings:
+    """A replica's behind ``bouncer`` as README deploys one (the LISTEN straight to
+    PostgreSQL), its statements bound to ``BOUND``."""
+    return Settings(
         database_url=bouncer.pooled(db_dsn),
         db_pooler="transaction",
         database_listen_url=db_dsn,
@@ -53,8 +52,14 @@ def pooled(bouncer: PgBouncer, db_dsn: str, config_path: Path) -> Iterator[Proxy
         keepalive_seconds=0.3,
         watch_config=False,
         db_statement_timeout_seconds=BOUND,
+        **more,
     )
-    server = ProxyServer(settings).start()
+
+
+@pytest.fixture
+def pooled(bouncer: PgBouncer, db_dsn: str, config_path: Path) -> Iterator[ProxyServer]:
+    """A replica behind ``bouncer`` as README deploys one (the LISTEN straight to PostgreSQL)."""
+    server = ProxyServer(_settings(bouncer, db_dsn, config_path)).start()
     yield server
     server.stop()
 
@@ -181,16 +186,7 @@ async def test_a_lease_left_held_by_a_restart_frees_within_its_time_to_live(
     the session's lease, fails; replica B's request for the session, sent as PgBouncer is
     back (and retried after a documented 503), takes it once the lease expires: A stopped
     renewing it when its request ended, so within the time to live and a poll."""
-    settings = Settings(
-        database_url=bouncer.pooled(db_dsn),
-        db_pooler="transaction",
-        database_listen_url=db_dsn,
-        config=config_path,
-        keepalive_seconds=0.3,
-        watch_config=False,
-        db_statement_timeout_seconds=BOUND,
-        lease_ttl_seconds=TTL,
-    )
+    settings = _settings(bouncer, db_dsn, config_path, lease_ttl_seconds=TTL)
     a, b = ProxyServer(settings).start(), ProxyServer(settings).start()
     try:
         assert post(a, "s1").status_code == 200

@@ -23,17 +23,15 @@ from proxy.app import create_app
 from proxy.settings import Settings
 from proxy.store.db import GuardedConnection, PoolerMismatch, create_pool
 from proxy.store.migrations import run_migrations
-from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
+from tests.integration.pooler.conftest import own_pgbouncer
+from tests.integration.pooler.pgbouncer import PgBouncer
 
 SETTING = "set CASCADE_DB_POOLER=transaction, and DATABASE_LISTEN_URL"
 
 
 @pytest.fixture
 def round_robin(pg_dsn: str) -> Iterator[PgBouncer]:
-    binary = find_pgbouncer()
-    if binary is None:
-        pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
-    with start_pgbouncer(binary, pg_dsn, round_robin=True) as bouncer:
+    with own_pgbouncer(pg_dsn, round_robin=True) as bouncer:
         yield bouncer
 
 

@@ -65,24 +65,31 @@ def test_a_raw_output_buttons_name_stays_while_it_pages(
     assert page.evaluate("document.activeElement.dataset.testid") == "raw-page"
 
 
-def test_one_proxy_away_is_one_alert_and_it_goes_when_the_proxy_is_back(
-    console: Page, console_proxy: ProxyServer
-) -> None:
-    """The session's load and its event stream both reach nothing: each was said in an
-    alert of its own. Once the proxy answers again, the view loads and the alert goes."""
-    started(console_proxy, "away")
+def _away(console: Page, console_proxy: ProxyServer, sid: str) -> tuple[Any, Any]:
+    """Session ``sid``'s view, opened while its load and its event stream reach nothing,
+    once each was tried again: the page, and its error alerts."""
+    started(console_proxy, sid)
     loads: list[str] = []
     streams: list[str] = []
 
     def unreached(tries: list[str]) -> Any:
         return lambda route: (tries.append(route.request.url), route.abort())
 
-    console.page.route("**/v1/sessions/away", unreached(loads))
-    console.page.route("**/v1/sessions/away/events", unreached(streams))
-    page = sign_in(console, "#/s/away")
+    console.page.route(f"**/v1/sessions/{sid}", unreached(loads))
+    console.page.route(f"**/v1/sessions/{sid}/events", unreached(streams))
+    page = sign_in(console, f"#/s/{sid}")
     alerts = page.locator("[data-testid=toast][data-kind=error]")
     # each tried again: each failure before it was handled, its alert raised or not
     wait_for(lambda: len(loads) >= 2 and len(streams) >= 2, page, 15_000)
+    return page, alerts
+
+
+def test_one_proxy_away_is_one_alert_and_it_goes_when_the_proxy_is_back(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The session's load and its event stream both reach nothing: each was said in an
+    alert of its own. Once the proxy answers again, the view loads and the alert goes."""
+    page, alerts = _away(console, console_proxy, "away")
     assert alerts.count() == 1, alerts.all_inner_texts()
     assert "could not be reached" in alerts.inner_text()
     page.unroute("**/v1/sessions/away")
@@ -156,18 +163,7 @@ def test_the_outage_alert_stays_while_the_event_stream_is_still_lost(
 ) -> None:
     """The load answers again before the event stream does: the one alert both share
     stays, as the live updates are still stopped, and goes once the stream is back."""
-    started(console_proxy, "half")
-    loads: list[str] = []
-    streams: list[str] = []
-
-    def unreached(tries: list[str]) -> Any:
-        return lambda route: (tries.append(route.request.url), route.abort())
-
-    console.page.route("**/v1/sessions/half", unreached(loads))
-    console.page.route("**/v1/sessions/half/events", unreached(streams))
-    page = sign_in(console, "#/s/half")
-    alerts = page.locator("[data-testid=toast][data-kind=error]")
-    wait_for(lambda: len(loads) >= 2 and len(streams) >= 2, page, 15_000)
+    page, alerts = _away(console, console_proxy, "half")
     page.unroute("**/v1/sessions/half")
     page.locator("#session-meta").filter(has_text="agent").wait_for(timeout=15_000)
     # the load settled (its failure no longer held): the list is no longer busy
