@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -173,7 +174,7 @@ class DurableSummarizer:
             with guard(), requestlog.session_wait():
                 await asyncio.sleep(seconds)
 
-        return await self._run(job, wait=True, pause=pause)
+        return await self._run(dataclasses.replace(job, waited_on=True), wait=True, pause=pause)
 
     async def close_interrupted(self) -> int:
         """At start-up: close every compaction no process is running any more
