@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import requestlog
-from proxy.answer_budget import WAIT_SECONDS
+from proxy.answer_budget import WAIT_SECONDS, watch_arrivals
 from proxy.cascade.briefing import parse_briefing, without_thinking
 from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.redaction import patterns_of
@@ -177,9 +177,10 @@ class SummaryCallError(RuntimeError):
 
 
 class SummaryDeferred(SummaryCallError):
-    """``summarize.timeoutSeconds`` ran out while the summary waited for the proxy's budget
-    of whole answers (``answer_budget``): no failure of the fast model's, so it leaves the
-    session no backoff (``compaction_failed.report_failed``'s ``server_busy``)."""
+    """``summarize.timeoutSeconds`` (or a waited-on job's ``WAIT_SECONDS``) ran out while
+    the summary waited for the proxy's budget of whole answers (``answer_budget``), before
+    a call or as its answer arrived: no failure of the fast model's, so it leaves the
+    session's backoff as it was (``compaction_failed.report_failed``'s ``server_busy``)."""
 
 
 class _TooLong(SummaryCallError):
@@ -221,11 +222,12 @@ async def summarise(
     tally = _Tally()
     deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
     try:
-        async with requestlog.deadline_at(deadline):
-            text = await _briefing_text(upstream, job, plan, count, ratio, tally)
+        with watch_arrivals() as arrivals:
+            async with requestlog.deadline_at(deadline):
+                text = await _briefing_text(upstream, job, plan, count, ratio, tally)
     except TimeoutError:
         within = f"summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)"
-        if tally.waiting:
+        if tally.waiting or arrivals.cut:  # for room, before a call or as its answer arrived
             if tally.room_by is not None and tally.room_by < deadline:
                 within = f"the {WAIT_SECONDS:g} s a compaction a request waits on may wait"
             raise SummaryDeferred(

@@ -169,3 +169,26 @@ async def test_a_compaction_run_for_a_waiting_caller_is_waited_on(
     )  # type: ignore[arg-type]  # fmt: skip
     await summarizer.compact_now(job)
     assert seen == [True] and not job.waited_on
+
+
+class _Arriving(_Upstream):
+    """Sends every call (the budget has room then) and holds each answer as it arrives, as
+    ``answers.read_capped`` does: it waits for room there."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> _Reply:
+        self.budget.refuse_if_busy()
+        self.sent += 1
+        await self.budget.take(50)
+        return _Reply()
+
+
+async def test_a_deadline_that_cuts_an_answer_waiting_for_room_defers_the_summary() -> None:
+    """``summarize.timeoutSeconds`` running out while the answer waits for room as it
+    arrives is the budget's doing too: ``server_busy`` (no backoff), not ``summary_failed``."""
+    upstream = _Arriving()
+    await upstream.budget.take(60)  # room for a call, none for its answer
+    job: Any = SimpleNamespace(**{**vars(_JOB), "cfg": SummarizeConfig(timeoutSeconds=0.3)})
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    with pytest.raises(SummaryDeferred):
+        await summarise(upstream, job, plan, count=lambda ms: len(str(ms)))  # type: ignore[arg-type]
+    assert upstream.sent == 1 and upstream.budget.held == 60
