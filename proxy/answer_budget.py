@@ -30,15 +30,26 @@ Streamed answers never wait on it: held whole in no buffer, they cost it nothing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.errors import ServerBusy
 
-__all__ = ["DEFAULT_LIMIT", "WAIT_SECONDS", "AnswerBudget", "Lease", "default_limit"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "WAIT_SECONDS",
+    "AnswerBudget",
+    "Arrivals",
+    "Lease",
+    "default_limit",
+    "watch_arrivals",
+]
 
 WAIT_SECONDS = 5.0
 """How long an answer arriving over the budget waits for room before its 503."""
@@ -66,6 +77,28 @@ def default_limit(files: Sequence[str] = CGROUP_LIMITS) -> int:
             continue
         return min(DEFAULT_LIMIT, int(text) // 4) if text.isdigit() else DEFAULT_LIMIT
     return DEFAULT_LIMIT
+
+
+@dataclass(slots=True)
+class Arrivals:
+    """What ``watch_arrivals`` saw: ``cut``, an answer of the block's was cut off (its
+    deadline, a cancel) while it waited for room as it arrived (``AnswerBudget.take``)."""
+
+    cut: bool = False
+
+
+_watched: ContextVar[Arrivals | None] = ContextVar("cascade_answer_arrivals", default=None)
+
+
+@contextlib.contextmanager
+def watch_arrivals() -> Iterator[Arrivals]:
+    """Note the answers of the block (its task, and tasks it starts) cut off while they
+    waited for room: a caller whose deadline ran out learns whether the budget held it."""
+    token = _watched.set(seen := Arrivals())
+    try:
+        yield seen
+    finally:
+        _watched.reset(token)
 
 
 class AnswerBudget:
@@ -149,6 +182,10 @@ class AnswerBudget:
                 await asyncio.wait_for(freed.wait(), left)
             except TimeoutError:
                 continue
+            except asyncio.CancelledError:
+                if (seen := _watched.get()) is not None:
+                    seen.cut = True
+                raise
             finally:
                 self._stuck -= holding
         with self._lock:

@@ -28,7 +28,8 @@
   for the pair never waits forever.
 - A failed one (``summary_failed``) leaves a backoff (``cascade.pressure.compaction_backoff``)
   on the session row, the claim's expiry with no owner: no replica's background compaction
-  claims the session before it ends; the hard threshold, the guard and a forced one do.
+  claims the session before it ends; the hard threshold, the guard and a forced one do. One
+  put off by the answer budget (``server_busy``) leaves the backoff it found as it was.
 - Memory promotion (``services/promotion.py``) follows a stored summary: inside a forced
   compaction, whose caller asked for all of it; in a task of its own after one the
   pressure started, whose waiting request needs the summary only. The summary's insert
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -173,7 +175,7 @@ class DurableSummarizer:
             with guard(), requestlog.session_wait():
                 await asyncio.sleep(seconds)
 
-        return await self._run(job, wait=True, pause=pause)
+        return await self._run(dataclasses.replace(job, waited_on=True), wait=True, pause=pause)
 
     async def close_interrupted(self) -> int:
         """At start-up: close every compaction no process is running any more
@@ -240,7 +242,7 @@ class DurableSummarizer:
         while True:
             async with self._conn() as conn:
                 # a background compaction does not claim a session in a failure's backoff
-                if await claims.claim_compaction(
+                if claim := await claims.claim_compaction(
                     conn,
                     tenant=job.tenant,
                     session_id=job.session_id,
@@ -275,6 +277,7 @@ class DurableSummarizer:
                         session_id=job.session_id,
                         owner=owner,
                         backoff=result.backoff if result else None,
+                        until=claim.backoff_until if claim and result and result.busy else None,
                     )
 
     async def _compact(self, job: CompactionJob, owner: uuid.UUID) -> CompactionResult | None:

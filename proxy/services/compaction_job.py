@@ -15,7 +15,8 @@ parses and is shorter. An answer far longer than the ``max_tokens`` it was given
 ``Retry-After`` up to ``_RETRY_AFTER_WAIT`` is waited for before the next try; a longer
 one ends the tries and sets the session's backoff instead. A call the proxy's own budget of
 whole answers refuses (``answer_budget``'s 503) is no attempt: the summary waits for room
-and asks again. The whole call, retries and waits included, is bounded by
+and asks again, for at most ``answer_budget.WAIT_SECONDS`` in all when a request waits on it
+(``CompactionJob.waited_on``). The whole call, retries and waits included, is bounded by
 ``summarize.timeoutSeconds``.
 """
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import requestlog
+from proxy.answer_budget import WAIT_SECONDS, watch_arrivals
 from proxy.cascade.briefing import parse_briefing, without_thinking
 from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.redaction import patterns_of
@@ -112,6 +114,12 @@ class CompactionJob:
     compaction (another replica's, or a ``/compact``, whose claim it waited out) stored a
     newer summary folds nothing, that summary having maybe relieved the pressure it was
     started for; the request (hard) or the next one (soft) measures again."""
+    waited_on: bool = False
+    """Whether a caller waits on the compaction (``DurableSummarizer.compact_now``: a turn at
+    the hard threshold or over its window, a forced one): its summary waits for the budget of
+    whole answers at most ``WAIT_SECONDS`` in all, as an arriving answer does, and is then
+    deferred (the turn goes on with the overflow guard; a forced one answers 503 to retry),
+    where a background one waits through ``summarize.timeoutSeconds``."""
 
 
 _KEPT_HEADERS = frozenset({"authorization", *CLIENT_KEY_HEADERS, *OWN_KEY_HEADERS})
@@ -169,9 +177,10 @@ class SummaryCallError(RuntimeError):
 
 
 class SummaryDeferred(SummaryCallError):
-    """``summarize.timeoutSeconds`` ran out while the summary waited for the proxy's budget
-    of whole answers (``answer_budget``): no failure of the fast model's, so it leaves the
-    session no backoff (``compaction_failed.report_failed``'s ``server_busy``)."""
+    """``summarize.timeoutSeconds`` (or a waited-on job's ``WAIT_SECONDS``) ran out while
+    the summary waited for the proxy's budget of whole answers (``answer_budget``), before
+    a call or as its answer arrived: no failure of the fast model's, so it leaves the
+    session's backoff as it was (``compaction_failed.report_failed``'s ``server_busy``)."""
 
 
 class _TooLong(SummaryCallError):
@@ -191,6 +200,7 @@ class Briefing:
 class _Tally:
     calls: int = 0
     waiting: bool = False  # for the budget's room (``_call``), not for the fast model
+    room_by: float | None = None  # when a waited-on job's wait for room ends (``_room``)
 
 
 async def summarise(
@@ -212,11 +222,14 @@ async def summarise(
     tally = _Tally()
     deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
     try:
-        async with requestlog.deadline_at(deadline):
-            text = await _briefing_text(upstream, job, plan, count, ratio, tally)
+        with watch_arrivals() as arrivals:
+            async with requestlog.deadline_at(deadline):
+                text = await _briefing_text(upstream, job, plan, count, ratio, tally)
     except TimeoutError:
         within = f"summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)"
-        if tally.waiting:
+        if tally.waiting or arrivals.cut:  # for room, before a call or as its answer arrived
+            if tally.room_by is not None and tally.room_by < deadline:
+                within = f"the {WAIT_SECONDS:g} s a compaction a request waits on may wait"
             raise SummaryDeferred(
                 "the proxy's budget of whole answers (CASCADE_MAX_HELD_ANSWER_BYTES) stayed "
                 f"spent through {within}; nothing was folded",
@@ -295,6 +308,17 @@ def _check_length(text: str, count: TokenCounter) -> None:
         )
 
 
+def _room(job: CompactionJob, tally: _Tally) -> asyncio.Timeout:
+    """The bound of a wait for the budget's room: ``WAIT_SECONDS`` from the summary's first
+    refusal for a job a request waits on (its ``TimeoutError`` defers the summary), none
+    but ``summarize.timeoutSeconds`` for a background one."""
+    if not job.waited_on:
+        return asyncio.timeout(None)
+    if tally.room_by is None:
+        tally.room_by = asyncio.get_running_loop().time() + WAIT_SECONDS
+    return asyncio.timeout_at(tally.room_by)
+
+
 async def _call(
     upstream: Upstream,
     job: CompactionJob,
@@ -316,8 +340,9 @@ async def _call(
     while tally.calls < end:
         if busy:  # room first, then a pause: an answer refused on arrival was paid for
             tally.waiting = True
-            await upstream.budget.room()
-            await asyncio.sleep(min(0.2 * 2 ** min(busy - 1, 4), 2.0))  # refusals: no bound
+            async with _room(job, tally):
+                await upstream.budget.room()
+                await asyncio.sleep(min(0.2 * 2 ** min(busy - 1, 4), 2.0))  # refusals: no bound
             tally.waiting = False
         tally.calls += 1
         attempt = tally.calls

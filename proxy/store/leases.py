@@ -17,6 +17,8 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ __all__ = [
     "RELEASE_LEASE",
     "release_lease",
     "CLAIM_COMPACTION",
+    "Claim",
     "claim_compaction",
     "RENEW_CLAIMS",
     "renew_claims",
@@ -145,14 +148,24 @@ async def release_lease(
 
 
 CLAIM_COMPACTION = """
-UPDATE sessions SET compaction_owner = $3,
+UPDATE sessions s SET compaction_owner = $3,
     compaction_expires = clock_timestamp() + make_interval(secs => $4)
-WHERE tenant = $1 AND id = $2
-  AND (compaction_owner IS NULL OR compaction_expires < clock_timestamp())
-  AND NOT ($5 AND compaction_owner IS NULL
-           AND coalesce(compaction_expires > clock_timestamp(), false))
-RETURNING true
+FROM (SELECT compaction_owner AS owner, compaction_expires AS expires FROM sessions
+      WHERE tenant = $1 AND id = $2 FOR UPDATE) old
+WHERE s.tenant = $1 AND s.id = $2
+  AND (old.owner IS NULL OR old.expires < clock_timestamp())
+  AND NOT ($5 AND old.owner IS NULL AND coalesce(old.expires > clock_timestamp(), false))
+RETURNING CASE WHEN old.owner IS NULL AND old.expires > clock_timestamp() THEN old.expires END
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A compaction's claim, taken. ``backoff_until``: the end of the failure's backoff the
+    claim took over (None: there was none), which a compaction put off for no fault of the
+    fast model's (``server_busy``) puts back as it was (``release_compaction``'s ``until``)."""
+
+    backoff_until: datetime | None
 
 
 async def claim_compaction(
@@ -163,11 +176,12 @@ async def claim_compaction(
     owner: uuid.UUID,
     ttl: float,
     background: bool = False,
-) -> bool:
-    """Claim the session's compaction for ``owner``: False when another compaction holds
+) -> Claim | None:
+    """Claim the session's compaction for ``owner``: None when another compaction holds
     the claim (on any replica), or the session does not exist; with ``background``, also
     while the session backs off after a failed compaction (``release_compaction``)."""
-    return bool(await conn.fetchval(CLAIM_COMPACTION, tenant, session_id, owner, ttl, background))
+    row = await conn.fetchrow(CLAIM_COMPACTION, tenant, session_id, owner, ttl, background)
+    return None if row is None else Claim(row[0])
 
 
 RENEW_CLAIMS = """
@@ -197,7 +211,8 @@ async def renew_claims(
 
 RELEASE_COMPACTION = """
 UPDATE sessions SET compaction_owner = NULL,
-    compaction_expires = clock_timestamp() + make_interval(secs => $4::float8)
+    compaction_expires = CASE WHEN $5::timestamptz > clock_timestamp() THEN $5::timestamptz
+        ELSE clock_timestamp() + make_interval(secs => $4::float8) END
 WHERE tenant = $1 AND id = $2 AND compaction_owner = $3
 """
 
@@ -209,11 +224,13 @@ async def release_compaction(
     session_id: str,
     owner: uuid.UUID,
     backoff: float | None = None,
+    until: datetime | None = None,
 ) -> None:
     """Free the claim. ``backoff`` (seconds, after a failed compaction) leaves the expiry
     behind with no owner: until then a background compaction does not claim the session
-    (``claim_compaction``), while a forced or hard one does; None clears it."""
-    await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner, backoff)
+    (``claim_compaction``), while a forced or hard one does; None clears it. ``until``, when
+    still ahead, is kept instead: a backoff the claim took over (``Claim.backoff_until``)."""
+    await conn.execute(RELEASE_COMPACTION, tenant, session_id, owner, backoff, until)
 
 
 HOLDS_COMPACTION = """

@@ -20,7 +20,9 @@ from proxy.cascade.types import CompactionPlan
 from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.errors import ServerBusy
-from proxy.services.compaction_job import SummaryDeferred, _call, summarise
+from proxy.services import compaction_job
+from proxy.services.compaction import DurableSummarizer
+from proxy.services.compaction_job import CompactionJob, SummaryDeferred, _call, summarise
 
 _BRIEFING = (
     "## Objective\nFix the parser\n\n## Decisions & Facts\n- keep the API\n\n"
@@ -62,6 +64,7 @@ _JOB = SimpleNamespace(
     fast_model="fast",
     fast_limits=ModelConfig(),
     cfg=SummarizeConfig(maxAttempts=1),
+    waited_on=False,
 )
 
 
@@ -97,3 +100,95 @@ async def test_a_budget_spent_past_the_summarys_deadline_defers_it() -> None:
     assert deferred.value.attempts == 0 and upstream.sent == 0
     assert "CASCADE_MAX_HELD_ANSWER_BYTES" in str(deferred.value)
     assert "later compaction" not in str(deferred.value)  # a forced one's 503 quotes it
+
+
+async def test_a_summary_a_request_waits_on_waits_for_the_budget_only_briefly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hard or overflow turn, or a forced compaction, waits on its summary: a budget spent
+    past the budget's own wait (``WAIT_SECONDS``) defers it then, not after the whole
+    ``summarize.timeoutSeconds``, so the turn goes on with the overflow guard (a forced one
+    answers its 503 to retry) promptly."""
+    monkeypatch.setattr(compaction_job, "WAIT_SECONDS", 0.2)
+    upstream = _Upstream()
+    await upstream.budget.take(100)  # spent, and never given back
+    cfg = SummarizeConfig(timeoutSeconds=30)
+    job: Any = SimpleNamespace(**{**vars(_JOB), "cfg": cfg, "waited_on": True})
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(SummaryDeferred) as deferred:
+        await asyncio.wait_for(summarise(upstream, job, plan, count=lambda ms: len(str(ms))), 5)  # type: ignore[arg-type]
+    assert loop.time() - t0 < 2
+    assert deferred.value.attempts == 0 and upstream.sent == 0
+    assert "0.2 s" in str(deferred.value) and "timeoutSeconds" not in str(deferred.value)
+
+
+async def test_a_background_summary_waits_past_the_budgets_own_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compaction_job, "WAIT_SECONDS", 0.1)
+    upstream = _Upstream()
+
+    async def spend_then_free() -> None:
+        await upstream.budget.take(100)
+        await asyncio.sleep(0.4)  # past WAIT_SECONDS: a background summary still waits
+        upstream.budget.give(100)
+
+    freeing = asyncio.create_task(spend_then_free())
+    await asyncio.sleep(0)
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    brief = await asyncio.wait_for(
+        summarise(upstream, _JOB, plan, count=lambda ms: len(str(ms))),  # type: ignore[arg-type]
+        5,
+    )
+    await freeing
+    assert brief.content.startswith("## Objective")
+
+
+async def test_a_compaction_run_for_a_waiting_caller_is_waited_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``compact_now`` (a hard or overflow turn, a forced compaction) marks its job so its
+    summary waits for the budget only briefly; a background one keeps the mark off."""
+    seen: list[bool] = []
+
+    async def run(self: DurableSummarizer, job: CompactionJob, **_: Any) -> None:
+        seen.append(job.waited_on)
+
+    monkeypatch.setattr(DurableSummarizer, "_run", run)
+    summarizer = DurableSummarizer(
+        pool=None,  # type: ignore[arg-type]  # never reached
+        upstream=None,  # type: ignore[arg-type]
+        bus=None,  # type: ignore[arg-type]
+        count=len,  # type: ignore[arg-type]
+    )
+    job = CompactionJob(
+        tenant="t", session_id="s", provider=None, fast_model="fast", fast_limits=None,
+        cfg=None, headers={}, trigger="hard",
+    )  # type: ignore[arg-type]  # fmt: skip
+    await summarizer.compact_now(job)
+    assert seen == [True] and not job.waited_on
+
+
+class _Arriving(_Upstream):
+    """Sends every call (the budget has room then) and holds each answer as it arrives, as
+    ``answers.read_capped`` does: it waits for room there."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> _Reply:
+        self.budget.refuse_if_busy()
+        self.sent += 1
+        await self.budget.take(50)
+        return _Reply()
+
+
+async def test_a_deadline_that_cuts_an_answer_waiting_for_room_defers_the_summary() -> None:
+    """``summarize.timeoutSeconds`` running out while the answer waits for room as it
+    arrives is the budget's doing too: ``server_busy`` (no backoff), not ``summary_failed``."""
+    upstream = _Arriving()
+    await upstream.budget.take(60)  # room for a call, none for its answer
+    job: Any = SimpleNamespace(**{**vars(_JOB), "cfg": SummarizeConfig(timeoutSeconds=0.3)})
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    with pytest.raises(SummaryDeferred):
+        await summarise(upstream, job, plan, count=lambda ms: len(str(ms)))  # type: ignore[arg-type]
+    assert upstream.sent == 1 and upstream.budget.held == 60
