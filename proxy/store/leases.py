@@ -95,15 +95,23 @@ FROM mine WHERE s.tenant = mine.tenant AND s.id = mine.id
 
 
 async def renew_leases(
-    conn: Executor, *, keys: Sequence[tuple[str, str]], owner: uuid.UUID, ttl: float
+    conn: Executor,
+    *,
+    keys: Sequence[tuple[str, str]],
+    owner: uuid.UUID,
+    ttl: float,
+    timeout: float | None = None,
 ) -> set[tuple[str, str]]:
     """Push the expiry of every lease ``owner`` holds among ``keys`` to ``ttl`` from now,
     returning the keys renewed; a lease it no longer holds (released, or expired and taken)
     is left alone, and so is one whose row another transaction holds locked (``SKIP
     LOCKED``): waiting for that row, the statement would hold every other row it renewed,
     stalling those sessions' steps too, and renew none until the lock went. Such a row is
-    then waited for alone (:func:`renew_lease`)."""
-    rows = await conn.fetch(RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl)
+    then waited for alone (:func:`renew_lease`). ``timeout`` bounds the statement in place of
+    the pool's bound (``services.leases.renewal_limit``)."""
+    rows = await conn.fetch(
+        RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl, timeout=timeout
+    )
     return {(r["tenant"], r["id"]) for r in rows}
 
 
@@ -185,14 +193,17 @@ WHERE s.tenant = mine.tenant AND s.id = mine.id AND s.compaction_owner = mine.ow
 
 
 async def renew_claims(
-    conn: Executor, *, claims: Sequence[tuple[str, str, uuid.UUID]], ttl: float
+    conn: Executor,
+    *,
+    claims: Sequence[tuple[str, str, uuid.UUID]],
+    ttl: float,
+    timeout: float | None = None,
 ) -> None:
     """Push the expiry of each compaction claim (tenant, session, owner) still held; one
     whose row another transaction holds locked is left to the next round, as
-    :func:`renew_leases` leaves its lease."""
-    await conn.execute(
-        RENEW_CLAIMS, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims], ttl
-    )
+    :func:`renew_leases` leaves its lease (and ``timeout`` as it does)."""
+    tenants, ids, owners = [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims]
+    await conn.execute(RENEW_CLAIMS, tenants, ids, owners, ttl, timeout=timeout)
 
 
 RELEASE_COMPACTION = """
