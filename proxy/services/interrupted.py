@@ -105,7 +105,12 @@ class Closer:
                     if only is not None and (tenant, session_id) not in only:
                         continue
                     if not await claims.claim_compaction(
-                        conn, tenant=tenant, session_id=session_id, owner=owner, ttl=ttl
+                        conn,
+                        tenant=tenant,
+                        session_id=session_id,
+                        owner=owner,
+                        ttl=ttl,
+                        skip_locked=True,  # a locked row is tried again later (``_again``)
                     ):
                         held.add((tenant, session_id))
                         continue

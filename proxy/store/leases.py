@@ -162,6 +162,19 @@ WHERE tenant = $1 AND id = $2
 RETURNING true
 """
 
+CLAIM_COMPACTION_SKIPPING = """
+WITH free AS (SELECT tenant, id FROM sessions WHERE tenant = $1 AND id = $2
+              FOR UPDATE SKIP LOCKED)
+UPDATE sessions s SET compaction_owner = $3,
+    compaction_expires = clock_timestamp() + make_interval(secs => $4)
+FROM free
+WHERE s.tenant = free.tenant AND s.id = free.id
+  AND (s.compaction_owner IS NULL OR s.compaction_expires < clock_timestamp())
+  AND NOT ($5 AND s.compaction_owner IS NULL
+           AND coalesce(s.compaction_expires > clock_timestamp(), false))
+RETURNING true
+"""
+
 
 async def claim_compaction(
     conn: Executor,
@@ -171,11 +184,20 @@ async def claim_compaction(
     owner: uuid.UUID,
     ttl: float,
     background: bool = False,
+    skip_locked: bool = False,
 ) -> bool:
     """Claim the session's compaction for ``owner``: False when another compaction holds
     the claim (on any replica), or the session does not exist; with ``background``, also
-    while the session backs off after a failed compaction (``release_compaction``)."""
-    return bool(await conn.fetchval(CLAIM_COMPACTION, tenant, session_id, owner, ttl, background))
+    while the session backs off after a failed compaction (``release_compaction``).
+
+    A claim waits for the session's row when another transaction holds it locked (a
+    summary's insert, which the taker then reads; a reset's work; an operator's lock), for
+    the pool's statement bound at most. With ``skip_locked`` (a background compaction, the
+    start's closing of interrupted ones: work that can come later) it does not wait: a
+    locked row is a claim not taken, False at once, so no such claim holds a connection, or
+    the replica's start, for as long as the lock lasts."""
+    sql = CLAIM_COMPACTION_SKIPPING if skip_locked else CLAIM_COMPACTION
+    return bool(await conn.fetchval(sql, tenant, session_id, owner, ttl, background))
 
 
 RENEW_CLAIMS = """
