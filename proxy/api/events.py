@@ -23,7 +23,6 @@ from proxy.bus import LAGGED, RELISTENED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import NotFound
 from proxy.stopping import StopClock
 from proxy.store import events as store, sessions
-from proxy.store.db import DatabaseUnavailable
 
 __all__ = ["router"]
 
@@ -108,8 +107,9 @@ class _Live:
         is committed): one committed before it whose announcement the registration missed
         comes first. A burst costs one read: for the rest, what it read ahead before each,
         after the first seconds too (one whose announcement never comes would follow a
-        later event). In an outage ``unread``: ``event`` is held back, to come with a
-        catch-up once the database is back, after them."""
+        later event). In an outage, or on a busy pool (``catch_up.MISSED``), ``unread``:
+        ``event`` is held back, to come with a catch-up once the database is back, after
+        them."""
         self.unread = False
         if event.id is None or cursor.seen(event.id):
             return
@@ -127,20 +127,20 @@ class _Live:
                 self.pool, self.tenant, self.session_id, upto=event.id, shared=shared
             ):
                 yield frame
-        except DatabaseUnavailable:
+        except catch_up.MISSED:
             self.unread = True
             cursor.hold(event.id)
 
     async def judge(self, queued: bool) -> bool | None:
         """True to send the frame, False to end the stream, None to hold the frame back:
-        its read of the agent met an outage, which, as a catch-up's, keeps the stream
-        open."""
+        its read of the agent met an outage or a busy pool, which, as a catch-up's, keeps
+        the stream open."""
         if queued:
             return _reaches(self.request, None)
         self.judged = self.queue.qsize()  # the ones behind it, by the read now
         try:
             return not await _lost(self.request, self.pool, self.tenant, self.session_id)
-        except DatabaseUnavailable:
+        except catch_up.MISSED:
             self.judged = 0
             return None
 
