@@ -179,7 +179,9 @@ async def _stream(
     fell ``bus.MAX_QUEUED`` events behind (``LAGGED``), and once the bus listens again
     after it lost its listener (``RELISTENED``): the reconnect replays; the last frame then
     tells the client when to reconnect, a time of its own, after the events it held back
-    (``reconnect.last_frames``). It ends,
+    (``reconnect.last_frames``); so does a replay that meets an outage or a busy pool
+    (``catch_up.MISSED``), with :func:`reconnect.frame` alone (the response has begun: it
+    cannot be the 503 the opening read's is). It ends,
     before its next frame or catch-up, once its key no longer reaches the session
     (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
     held to the session's agent that each catch-up reads in its one statement (the replay
@@ -190,8 +192,12 @@ async def _stream(
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
         cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent), floor, got)
-        async for frame in _resumable(cursor.catch_up(pool, tenant, session_id), cursor):
-            yield frame
+        try:
+            async for frame in _resumable(cursor.catch_up(pool, tenant, session_id), cursor):
+                yield frame
+        except catch_up.MISSED:  # the response began: its end says when to come back
+            yield reconnect.frame()  # no id: the reconnect replays from the last one sent
+            return
         yield LIVE
         with catch_up.sharing(pool, tenant, session_id, created_at, cursor) as reads:
             live = _live(request, pool, session, queue, cursor, reads)

@@ -60,3 +60,28 @@ async def test_a_catch_up_on_a_busy_pool_keeps_the_stream_open(
         client.gone = True
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
         await small.close()
+
+
+async def test_a_replay_on_a_busy_pool_ends_the_stream_with_a_reconnect(
+    db_dsn: str, pool: asyncpg.Pool
+) -> None:
+    """The stream's replay, its first read once the response began, finds every connection
+    held: the stream ends with a ``retry:`` frame and no ``id`` (the client's Last-Event-ID
+    stays the last it got, so its reconnect replays from there), not with an error out of a
+    response already begun."""
+    created_at = await pool.fetchval(
+        "INSERT INTO sessions (tenant, id) VALUES ('t', 'busy') RETURNING created_at"
+    )
+    small = await create_pool(db_dsn, min_size=1, max_size=1)
+    frames: list[dict[str, Any]] = []
+    try:
+        async with small.acquire():  # held as the stream opens
+            session = ("t", "busy", created_at)
+            stream = events._stream(
+                LeavingRequest(), BoundedPool(small, 0.05), QuietBus(), session, 0
+            )  # type: ignore[arg-type]
+            async with asyncio.timeout(5):
+                frames = [frame async for frame in stream]
+    finally:
+        await small.close()
+    assert [set(f) for f in frames] == [{"comment", "retry"}], frames
