@@ -200,6 +200,19 @@ async def claim_compaction(
     return bool(await conn.fetchval(sql, tenant, session_id, owner, ttl, background))
 
 
+CLAIM_HELD = """
+SELECT compaction_owner IS NOT NULL AND compaction_expires > clock_timestamp()
+FROM sessions WHERE tenant = $1 AND id = $2
+"""
+
+
+async def claim_held(conn: Executor, *, tenant: str, session_id: str) -> bool:
+    """Whether a compaction holds the session's claim now, read without waiting for its row:
+    a claim with ``skip_locked`` not taken while this is False met a locked row (or no
+    session), not another compaction."""
+    return bool(await conn.fetchval(CLAIM_HELD, tenant, session_id))
+
+
 RENEW_CLAIMS = """
 WITH mine AS (
     SELECT s.tenant, s.id, h.owner FROM sessions s
