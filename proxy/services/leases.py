@@ -19,7 +19,7 @@ sooner; two more chances before the lease could lapse. The renewal's statement h
 of its own, :func:`renewal_limit`, far below the time to live and the pool's statement bound:
 one that hangs (a dead connection, a paused pooler) fails in time to be tried again, rather
 than hold the loop past the expiry while another replica takes the session; its connection
-is closed, not given back, whose reset would wait for the cancelled statement as long.
+is closed, not given back (``db.borrowed``), whose reset would wait for it as long.
 
 A holder whose renewals kept failing goes on relaying its answer: its client gets it, and
 what it writes after is fenced by the row, not by its clock: its last statement stores the
@@ -36,7 +36,7 @@ import uuid
 import asyncpg
 
 from proxy.store import leases
-from proxy.store.db import DatabaseTimeout, DatabaseUnavailable, PoolExhausted, borrowed
+from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.tasks import stop_task
 
 __all__ = ["Leases", "renewal_limit"]
@@ -116,18 +116,12 @@ class Leases:
         renewed: set[Key] = set()
         limit = renewal_limit(self.ttl)
         async with borrowed(self.pool, self._acquire_timeout) as conn:
-            try:
-                if keys:
-                    renewed = await leases.renew_leases(
-                        conn, keys=keys, owner=self.owner, ttl=self.ttl, timeout=limit
-                    )
-                if claims:
-                    await leases.renew_claims(conn, claims=claims, ttl=self.ttl, timeout=limit)
-            except DatabaseTimeout:
-                # given back, its reset would wait for the statement cancelled: as long as a
-                # pooler's pause lasts, and the next try with it
-                conn.terminate()
-                raise
+            if keys:
+                renewed = await leases.renew_leases(
+                    conn, keys=keys, owner=self.owner, ttl=self.ttl, timeout=limit
+                )
+            if claims:
+                await leases.renew_claims(conn, claims=claims, ttl=self.ttl, timeout=limit)
         for key in keys:
             if key not in renewed and key not in self._waits and len(self._waits) < WAITS_MAX:
                 self._waits[key] = asyncio.create_task(self._wait_for_row(key))

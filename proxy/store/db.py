@@ -133,11 +133,18 @@ async def acquire(pool: asyncpg.Pool, timeout: float) -> PoolConnectionProxy:
 @contextlib.asynccontextmanager
 async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConnectionProxy]:
     """A connection from :func:`acquire` for the block, given back after it; a lost one
-    raises :class:`DatabaseUnavailable` (:func:`unavailable_when_lost`)."""
+    raises :class:`DatabaseUnavailable` (:func:`unavailable_when_lost`). One whose statement
+    ran out of its time here (asyncpg's timeout, which asks the server to cancel it) is
+    closed instead: given back, its reset waits for that cancel to land, as long as a
+    pooler's pause or a dead link lasts, and its holder with it."""
     conn = await acquire(pool, timeout)
     try:
         with unavailable_when_lost():
             yield conn
+    except DatabaseTimeout as exc:
+        if isinstance(exc.__cause__, TimeoutError):
+            conn.terminate()
+        raise
     finally:
         await pool.release(conn)
 

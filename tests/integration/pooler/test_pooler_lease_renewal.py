@@ -1,4 +1,4 @@
-"""A lease renewal through a paused PgBouncer gives up within its own limit
+"""A lease renewal (or an API read) through a paused PgBouncer gives up within its own limit
 (``services.leases.renewal_limit``) and gives its connection back at once: the connection,
 whose cancelled statement the pause holds, is closed rather than reset, since a reset waits
 for that statement as long as the pause lasts, and the renewer, waiting in it, would try no
@@ -14,7 +14,7 @@ import pytest
 
 from proxy.services.leases import Leases, renewal_limit
 from proxy.store import steps
-from proxy.store.db import DatabaseTimeout, create_pool, pooler_kwargs
+from proxy.store.db import BoundedPool, DatabaseTimeout, create_pool, pooler_kwargs
 from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
 from tests.integration.store.helpers import T
 
@@ -55,4 +55,28 @@ async def test_a_renewal_during_a_pause_gives_up_and_its_connection_back_in_its_
         assert await pool.fetchval(live)
     finally:
         await leases.aclose()
+        await asyncio.wait_for(pool.close(), 5)
+
+
+async def test_an_api_read_during_a_pause_is_answered_within_its_bound(
+    bouncer: PgBouncer, db_dsn: str
+) -> None:
+    """The session and memory APIs' reads (``BoundedPool``) end at their statement's bound
+    during a pause, rather than in their connection's reset when the pause ends."""
+    pool = await create_pool(bouncer.pooled(db_dsn), **pooler_kwargs("transaction"))
+    try:
+        bounded = BoundedPool(pool, 1.0)
+        await bounded.fetchval("SELECT 1")
+        await bouncer.console("PAUSE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(DatabaseTimeout):
+                async with asyncio.timeout(2):  # the whole pause, without the fix
+                    await bounded.fetchval("SELECT 1", timeout=0.2)
+            took = time.monotonic() - started
+        finally:
+            await bouncer.console("RESUME")
+        assert took < 1, took
+        assert await bounded.fetchval("SELECT 2") == 2
+    finally:
         await asyncio.wait_for(pool.close(), 5)
