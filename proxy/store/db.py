@@ -142,11 +142,17 @@ async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConn
         with unavailable_when_lost():
             yield conn
     except DatabaseTimeout as exc:
-        if isinstance(exc.__cause__, TimeoutError):
-            conn.terminate()
+        _close_if_cancelling(conn, exc)
         raise
     finally:
         await pool.release(conn)
+
+
+def _close_if_cancelling(conn: PoolConnectionProxy, exc: BaseException | None) -> None:
+    """Close ``conn`` when ``exc`` says its statement ran out of asyncpg's timeout (the
+    server asked to cancel it), as :func:`borrowed` and :class:`Lent` give it back."""
+    if isinstance(exc, DatabaseTimeout) and isinstance(exc.__cause__, TimeoutError):
+        conn.terminate()
 
 
 class Lent:
@@ -171,7 +177,9 @@ class Lent:
     async def __aenter__(self) -> Lent:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if self._conn is not None:
+            _close_if_cancelling(self._conn, exc)  # as :func:`borrowed` does
         await self.give_back()
 
 

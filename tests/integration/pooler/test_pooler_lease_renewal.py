@@ -14,7 +14,7 @@ import pytest
 
 from proxy.services.leases import Leases, renewal_limit
 from proxy.store import steps
-from proxy.store.db import BoundedPool, DatabaseTimeout, create_pool, pooler_kwargs
+from proxy.store.db import BoundedPool, DatabaseTimeout, Lent, create_pool, pooler_kwargs
 from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
 from tests.integration.store.helpers import T
 
@@ -78,5 +78,28 @@ async def test_an_api_read_during_a_pause_is_answered_within_its_bound(
             await bouncer.console("RESUME")
         assert took < 1, took
         assert await bounded.fetchval("SELECT 2") == 2
+    finally:
+        await asyncio.wait_for(pool.close(), 5)
+
+
+async def test_a_lent_connection_whose_statement_ran_out_during_a_pause_is_closed(
+    bouncer: PgBouncer, db_dsn: str
+) -> None:
+    """A compaction's connection (``Lent``) likewise: its block ends at the statement's
+    bound, not with the pause."""
+    pool = await create_pool(bouncer.pooled(db_dsn), **pooler_kwargs("transaction"))
+    try:
+        await pool.fetchval("SELECT 1")
+        await bouncer.console("PAUSE")
+        try:
+            started = time.monotonic()
+            with pytest.raises(DatabaseTimeout):
+                async with asyncio.timeout(2), Lent(pool, 1.0) as lent:
+                    await (await lent.take()).fetchval("SELECT 1", timeout=0.2)
+            took = time.monotonic() - started
+        finally:
+            await bouncer.console("RESUME")
+        assert took < 1, took
+        assert await pool.fetchval("SELECT 2") == 2
     finally:
         await asyncio.wait_for(pool.close(), 5)
