@@ -949,6 +949,8 @@ CREATE UNIQUE INDEX memory_fact_key ON public.memory USING btree (tenant, scope,
 
 CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
 
+CREATE INDEX memory_scope_id ON public.memory USING btree (tenant, scope, id);
+
 CREATE INDEX memory_unkeyed ON public.memory USING btree (tenant, scope) WHERE (fact_key IS NULL);
 
 CREATE INDEX memory_unkeyed_stops ON public.memory USING btree (tenant, scope, id) WHERE ((fact_key IS NULL) OR (("right"(fact_key, 1) = ANY (ARRAY['.'::text, '。'::text])) AND (rtrim(fact_key, ' .。'::text) <> ''::text)));

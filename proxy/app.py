@@ -45,7 +45,7 @@ from proxy.services.retrieval import EmbeddingWorker
 from proxy.settings import Settings, SettingsError, load_settings
 from proxy.settings_names import unknown_variables
 from proxy.stopping import StopClock, watch_stop
-from proxy.store.db import pooler_kwargs
+from proxy.store.db import BoundedPool, pooler_kwargs
 from proxy.store.memory import key_stored_facts
 from proxy.store.migrations import run_migrations
 from proxy.store.readiness import SharedCheck, database_readiness
@@ -71,6 +71,8 @@ log = logging.getLogger("cascade")
 
 class State(TypedDict):
     pool: asyncpg.Pool
+    waiting_pool: BoundedPool
+    """The pool as request handlers use it: each lend waits ``pool_timeout_seconds`` at most."""
     readiness: SharedCheck[str | None]
     config: ConfigHolder
     bus: EventBus
@@ -288,6 +290,7 @@ def create_app(
             _tune_gc()
             yield State(
                 pool=pool,
+                waiting_pool=BoundedPool(pool, settings.pool_timeout_seconds),
                 readiness=database_readiness(pool),
                 config=holder,
                 bus=bus,

@@ -27,9 +27,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from proxy.store import events as store
-from proxy.store.db import DatabaseUnavailable
+from proxy.store.db import DatabaseUnavailable, PoolExhausted
 
-__all__ = ["Page", "Reads", "each", "kept_open", "pages", "sharing"]
+__all__ = ["MISSED", "Page", "Reads", "each", "kept_open", "pages", "sharing"]
+
+MISSED = (DatabaseUnavailable, PoolExhausted)
+"""What ends a stream's read but not the stream: an outage, or every pooled connection
+held past the request's wait (``db.BoundedPool``); what the read missed comes later."""
 
 Page = tuple[str | None, list[Any]] | None
 """One statement's answer: the session's agent and its rows, or None (no such session)."""
@@ -94,8 +98,8 @@ class Reads:
         holding: int | None = None,
     ) -> list[Page]:
         """The pages of a read past ``member``'s mark that fits (see the module); a last page
-        of None says the session is gone. An outage (``DatabaseUnavailable``) raises to every
-        stream that takes the read. Any other failure raises only to the streams it depends
+        of None says the session is gone. An outage or a busy pool (``MISSED``) raises to
+        every stream that takes the read. Any other failure raises only to the streams it depends
         on, those whose mark it started from: it may come of what lies past that mark (a
         statement that runs out of time over a long backlog), so a stream further on reads
         again from the lowest mark above it, and so on, up to a read from its own."""
@@ -117,7 +121,7 @@ class Reads:
                 latest = self._start(after, settle_seconds, floor)
             try:
                 return await asyncio.shield(latest.task)  # its result, or its failure
-            except DatabaseUnavailable:
+            except MISSED:
                 raise
             except Exception:
                 if latest.after >= after:  # a read from this stream's own mark
@@ -177,9 +181,10 @@ async def each(pages: list[Page]) -> AsyncIterator[Page]:
 
 
 async def kept_open(frames: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """A stream's periodic catch-up (``frames``); an outage, which the pool says once, ends
-    them, not the stream: it reads what it missed once the database is back."""
-    with contextlib.suppress(DatabaseUnavailable):
+    """A stream's periodic catch-up (``frames``); an outage, which the pool says once, or a
+    busy pool (``MISSED``) ends them, not the stream: it reads what it missed once the
+    database is back, or a connection free."""
+    with contextlib.suppress(*MISSED):
         async for frame in frames:
             yield frame
 

@@ -94,7 +94,7 @@ async def chat(request: Request, path_id: str | None, deployment: str | None = N
     named_id = early_id or named_session_id(path_id=None, header_id=None, body=body)
     session_id = named_id or derive_session_id(body=body, tenant=tenant, agent=rt.agent)
     note_session(session_id)  # logged, and in X-Session-Id, an error response's too
-    await reach_session(request, state.pool, tenant, session_id)
+    await reach_session(request, state.waiting_pool, tenant, session_id)
     every = state.settings.keepalive_seconds
     # As /v1/models and /v1/embeddings forward it (e.g. a gateway's api-version), but for the
     # api-version of Azure's path, which the proxy serves itself (README Decisions).
@@ -235,7 +235,7 @@ async def passthrough(
     agent_name, agent = cfg.agent_for(None)
     check_agent(request.scope, agent_name)
     if named_id is not None:
-        await reach_session(request, request.state.pool, tenant_of(request, cfg), named_id)
+        await reach_session(request, request.state.waiting_pool, tenant_of(request, cfg), named_id)
     provider = cfg.providers[agent.provider]
     content = None
     model = None

@@ -63,7 +63,8 @@ def _state(request: Request, name: str) -> Any:
 
 
 async def get_pool(request: Request) -> Any:
-    return _state(request, "pool")
+    """The pool whose lends wait ``CASCADE_POOL_TIMEOUT_SECONDS`` at most (``BoundedPool``)."""
+    return _state(request, "waiting_pool")
 
 
 async def get_config(request: Request) -> Config:

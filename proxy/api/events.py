@@ -23,7 +23,6 @@ from proxy.bus import LAGGED, RELISTENED, SESSION_GONE, BusEvent, EventBus
 from proxy.errors import NotFound
 from proxy.stopping import StopClock
 from proxy.store import events as store, sessions
-from proxy.store.db import DatabaseUnavailable
 
 __all__ = ["router"]
 
@@ -108,8 +107,9 @@ class _Live:
         is committed): one committed before it whose announcement the registration missed
         comes first. A burst costs one read: for the rest, what it read ahead before each,
         after the first seconds too (one whose announcement never comes would follow a
-        later event). In an outage ``unread``: ``event`` is held back, to come with a
-        catch-up once the database is back, after them."""
+        later event). In an outage, or on a busy pool (``catch_up.MISSED``), ``unread``:
+        ``event`` is held back, to come with a catch-up once the database is back, after
+        them."""
         self.unread = False
         if event.id is None or cursor.seen(event.id):
             return
@@ -127,20 +127,20 @@ class _Live:
                 self.pool, self.tenant, self.session_id, upto=event.id, shared=shared
             ):
                 yield frame
-        except DatabaseUnavailable:
+        except catch_up.MISSED:
             self.unread = True
             cursor.hold(event.id)
 
     async def judge(self, queued: bool) -> bool | None:
         """True to send the frame, False to end the stream, None to hold the frame back:
-        its read of the agent met an outage, which, as a catch-up's, keeps the stream
-        open."""
+        its read of the agent met an outage or a busy pool, which, as a catch-up's, keeps
+        the stream open."""
         if queued:
             return _reaches(self.request, None)
         self.judged = self.queue.qsize()  # the ones behind it, by the read now
         try:
             return not await _lost(self.request, self.pool, self.tenant, self.session_id)
-        except DatabaseUnavailable:
+        except catch_up.MISSED:
             self.judged = 0
             return None
 
@@ -179,7 +179,9 @@ async def _stream(
     fell ``bus.MAX_QUEUED`` events behind (``LAGGED``), and once the bus listens again
     after it lost its listener (``RELISTENED``): the reconnect replays; the last frame then
     tells the client when to reconnect, a time of its own, after the events it held back
-    (``reconnect.last_frames``). It ends,
+    (``reconnect.last_frames``); so does a replay that meets an outage or a busy pool
+    (``catch_up.MISSED``), with :func:`reconnect.frame` alone (the response has begun: it
+    cannot be the 503 the opening read's is). It ends,
     before its next frame or catch-up, once its key no longer reaches the session
     (``_reaches``): the reconnect is then a 401 or a 403. A key limited to some agents is
     held to the session's agent that each catch-up reads in its one statement (the replay
@@ -190,8 +192,12 @@ async def _stream(
     tenant, session_id, created_at = session
     async with bus.subscribe(tenant, session_id) as queue:
         cursor = Cursor(after, created_at, lambda agent: _reaches(request, agent), floor, got)
-        async for frame in _resumable(cursor.catch_up(pool, tenant, session_id), cursor):
-            yield frame
+        try:
+            async for frame in _resumable(cursor.catch_up(pool, tenant, session_id), cursor):
+                yield frame
+        except catch_up.MISSED:  # the response began: its end says when to come back
+            yield reconnect.frame()  # no id: the reconnect replays from the last one sent
+            return
         yield LIVE
         with catch_up.sharing(pool, tenant, session_id, created_at, cursor) as reads:
             live = _live(request, pool, session, queue, cursor, reads)

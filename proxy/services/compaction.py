@@ -249,6 +249,7 @@ class DurableSummarizer:
                     owner=owner,
                     ttl=self.leases.ttl,
                     background=not wait,
+                    skip_locked=not wait,
                 ):
                     break
                 if not wait:

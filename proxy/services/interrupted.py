@@ -12,10 +12,12 @@ that summary is in use, so the compaction did not fail.
 A claim the dead process held outlives it by up to the lease's time to live (it was renewed
 until the process died), so start-up leaves such a session and a background pass tries it
 again every third of the time to live until the claim is free, or the compaction behind it,
-alive on another replica, ended by itself. A start that finds no database (or whose pass
-it refuses) sweeps again in the background, as often, until it answers: a compaction's own
-look closes the session's latest started event only, so older ones (two in a row an older
-version left) are the sweep's alone.
+alive on another replica, ended by itself. A session whose row another transaction holds
+locked is skipped too (``SKIP LOCKED``: the start does not wait for it) and tried again as
+often for as long as the lock lasts, which nothing bounds as the claim's time to live does.
+A start that finds no database (or whose pass it refuses) sweeps again in the background,
+as often, until it answers: a compaction's own look closes the session's latest started
+event only, so older ones (two in a row an older version left) are the sweep's alone.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class Closer:
         self.pool, self.bus, self.leases = pool, bus, leases
         self.acquire_timeout = acquire_timeout
         self._later: asyncio.Task[None] | None = None
+        self._locked: set[Key] = set()  # of the last pass's sessions left, those whose row
+        # was locked (their claim free): ``_again`` counts no try for them
 
     async def at_start(self) -> int:
         """Close what no process runs any more; returns how many closed now. A session
@@ -95,7 +99,7 @@ class Closer:
         """Close what is unpaired (in ``only``'s sessions, if named) and unclaimed; return
         how many, and the sessions left because their claim was held: None when the
         database was not there (``quiet``: not logged again), so none is known closed."""
-        closed, held = 0, set()
+        closed, held, locked = 0, set(), set()
         owner, ttl = uuid.uuid4(), self.leases.ttl
         try:
             async with borrowed(self.pool, self.acquire_timeout) as conn:
@@ -105,9 +109,16 @@ class Closer:
                     if only is not None and (tenant, session_id) not in only:
                         continue
                     if not await claims.claim_compaction(
-                        conn, tenant=tenant, session_id=session_id, owner=owner, ttl=ttl
+                        conn,
+                        tenant=tenant,
+                        session_id=session_id,
+                        owner=owner,
+                        ttl=ttl,
+                        skip_locked=True,  # a locked row is tried again later (``_again``)
                     ):
                         held.add((tenant, session_id))
+                        if not await claims.claim_held(conn, tenant=tenant, session_id=session_id):
+                            locked.add((tenant, session_id))  # its row, not its claim, held
                         continue
                     try:
                         closed += await self.close_session(conn, tenant, session_id, every=True)
@@ -119,15 +130,17 @@ class Closer:
             if not quiet:
                 log.warning("interrupted compactions not closed yet: %s", exc)
             return closed, None
+        self._locked = locked
         return closed, held
 
     async def _again(self, held: set[Key] | None) -> None:
         """Try the sessions whose claim was held again (every session: None), a third of
         the time to live apart: for as long as three times it once the database answers,
         and until it does (a pass it refuses is tried again, the first of each run of
-        refusals logged, then every 60th)."""
+        refusals logged, then every 60th); a session whose row was locked, its claim free,
+        for as long as the lock lasts (a pass that leaves only such sessions counts no try)."""
         tries, refused = 0, 0
-        while tries < 9:
+        while held is None or held:
             await asyncio.sleep(self.leases.ttl / 3)
             try:
                 closed, left = await self._pass(held, quiet=True)
@@ -141,9 +154,8 @@ class Closer:
                 log.warning("closed %d compaction(s) interrupted by a stop", closed)
             if left is None:  # no database yet: the same sessions again, untimed
                 continue
-            held, tries = left, tries + 1
-            if not held:
-                return
+            tries += 1 if left - self._locked else 0
+            held = left if tries < 9 else left & self._locked
 
     async def close_session(
         self, conn: Any, tenant: str, session_id: str, every: bool = False

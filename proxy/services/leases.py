@@ -15,7 +15,16 @@ statement skips, is renewed by one of its own that waits for the row. A replica 
 stops renewing; its leases expire within ``ttl`` and a waiter on another replica, polling at
 most ``POLL_MAX_SECONDS`` apart, takes the session then: the bound the README states. A
 renewal that fails (the database away, the pool busy) is tried again a third of the way
-sooner; two more chances before the lease could lapse.
+sooner; two more chances before the lease could lapse. The renewal's statement has a limit
+of its own, :func:`renewal_limit`, far below the time to live and the pool's statement bound:
+one that hangs (a dead connection, a paused pooler) fails in time to be tried again, rather
+than hold the loop past the expiry while another replica takes the session; its connection
+is closed, not given back (``db.borrowed``), whose reset would wait for it as long.
+
+A holder whose renewals kept failing goes on relaying its answer: its client gets it, and
+what it writes after is fenced by the row, not by its clock: its last statement stores the
+reply only while the row still names it as owner (``steps.record_step``), and a
+compaction's summary only while it holds the claim (``summaries.insert_summary``).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from proxy.store import leases
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.tasks import stop_task
 
-__all__ = ["Leases"]
+__all__ = ["Leases", "renewal_limit"]
 
 log = logging.getLogger("cascade.leases")
 
@@ -40,6 +49,14 @@ WAITS_MAX = 4
 """Renewals waiting at once for a locked row, each on a pooled connection: a lock over many
 sessions' rows (an operator's ``SELECT … FOR UPDATE`` on the table) takes no more of the
 pool than these from the requests; the rest wait at a later round."""
+
+
+def renewal_limit(ttl: float) -> float:
+    """Seconds a renewal's statement may go unanswered: a ninth of the time to live, the
+    pause before a failed round's retry. A round that starts a third of the way into the
+    lease, hangs this long and pauses this long again leaves time for two more tries, each as
+    long, before the lease could lapse; a healthy renewal takes milliseconds."""
+    return ttl / 9
 
 
 class Leases:
@@ -97,11 +114,14 @@ class Leases:
         if not keys and not claims:
             return
         renewed: set[Key] = set()
+        limit = renewal_limit(self.ttl)
         async with borrowed(self.pool, self._acquire_timeout) as conn:
             if keys:
-                renewed = await leases.renew_leases(conn, keys=keys, owner=self.owner, ttl=self.ttl)
+                renewed = await leases.renew_leases(
+                    conn, keys=keys, owner=self.owner, ttl=self.ttl, timeout=limit
+                )
             if claims:
-                await leases.renew_claims(conn, claims=claims, ttl=self.ttl)
+                await leases.renew_claims(conn, claims=claims, ttl=self.ttl, timeout=limit)
         for key in keys:
             if key not in renewed and key not in self._waits and len(self._waits) < WAITS_MAX:
                 self._waits[key] = asyncio.create_task(self._wait_for_row(key))

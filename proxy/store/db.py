@@ -47,6 +47,8 @@ __all__ = [
     "acquire",
     "borrowed",
     "Lent",
+    "BoundedPool",
+    "lend",
     "Connection",
     "Executor",
     "connection_lost",
@@ -59,7 +61,7 @@ __all__ = [
 
 Connection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy"
 """One connection: a bare one, or one the pool lends (what :func:`acquire` returns)."""
-Executor: TypeAlias = "asyncpg.Pool | Connection"
+Executor: TypeAlias = "asyncpg.Pool | BoundedPool | Connection"
 """What runs a statement: the pool (which lends a connection for it) or one connection."""
 
 
@@ -131,13 +133,26 @@ async def acquire(pool: asyncpg.Pool, timeout: float) -> PoolConnectionProxy:
 @contextlib.asynccontextmanager
 async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConnectionProxy]:
     """A connection from :func:`acquire` for the block, given back after it; a lost one
-    raises :class:`DatabaseUnavailable` (:func:`unavailable_when_lost`)."""
+    raises :class:`DatabaseUnavailable` (:func:`unavailable_when_lost`). One whose statement
+    ran out of its time here (asyncpg's timeout, which asks the server to cancel it) is
+    closed instead: given back, its reset waits for that cancel to land, as long as a
+    pooler's pause or a dead link lasts, and its holder with it."""
     conn = await acquire(pool, timeout)
     try:
         with unavailable_when_lost():
             yield conn
+    except DatabaseTimeout as exc:
+        _close_if_cancelling(conn, exc)
+        raise
     finally:
         await pool.release(conn)
+
+
+def _close_if_cancelling(conn: PoolConnectionProxy, exc: BaseException | None) -> None:
+    """Close ``conn`` when ``exc`` says its statement ran out of asyncpg's timeout (the
+    server asked to cancel it), as :func:`borrowed` and :class:`Lent` give it back."""
+    if isinstance(exc, DatabaseTimeout) and isinstance(exc.__cause__, TimeoutError):
+        conn.terminate()
 
 
 class Lent:
@@ -162,8 +177,60 @@ class Lent:
     async def __aenter__(self) -> Lent:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if self._conn is not None:
+            _close_if_cancelling(self._conn, exc)  # as :func:`borrowed` does
         await self.give_back()
+
+
+class BoundedPool:
+    """The pool as a request's handler uses it (the session and memory APIs, the events, a
+    limited key's check): each statement it runs lends a connection as :func:`borrowed`
+    does, so a request that finds every connection held waits ``timeout`` seconds for one
+    (``CASCADE_POOL_TIMEOUT_SECONDS``, a chat's wait), then is the 503 ``server_busy`` of
+    :class:`PoolExhausted`, rather than queueing until a connection comes free. Anything
+    else is the pool's own (its size, its state)."""
+
+    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
+        self.pool, self.timeout = pool, timeout
+
+    def acquire(self) -> contextlib.AbstractAsyncContextManager[PoolConnectionProxy]:
+        return borrowed(self.pool, self.timeout)
+
+    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
+        async with self.acquire() as conn:
+            return await conn.execute(query, *args, timeout=timeout)
+
+    async def executemany(self, query: str, args: Any, *, timeout: float | None = None) -> None:
+        async with self.acquire() as conn:
+            await conn.executemany(query, args, timeout=timeout)
+
+    async def fetch(self, query: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        async with self.acquire() as conn:
+            return await conn.fetch(query, *args, timeout=timeout)
+
+    async def fetchrow(self, query: str, *args: Any, timeout: float | None = None) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchrow(query, *args, timeout=timeout)
+
+    async def fetchval(
+        self, query: str, *args: Any, column: int = 0, timeout: float | None = None
+    ) -> Any:
+        async with self.acquire() as conn:
+            return await conn.fetchval(query, *args, column=column, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+
+def lend(executor: Executor) -> contextlib.AbstractAsyncContextManager[Connection]:
+    """A connection of ``executor`` for a block (a transaction's): one the pool lends (a
+    :class:`BoundedPool`'s waits as it does), or ``executor`` itself when it is one."""
+    if isinstance(executor, BoundedPool):
+        return executor.acquire()
+    if isinstance(executor, asyncpg.Pool):
+        return executor.acquire()
+    return contextlib.nullcontext(executor)
 
 
 async def connect(

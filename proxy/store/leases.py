@@ -98,15 +98,23 @@ FROM mine WHERE s.tenant = mine.tenant AND s.id = mine.id
 
 
 async def renew_leases(
-    conn: Executor, *, keys: Sequence[tuple[str, str]], owner: uuid.UUID, ttl: float
+    conn: Executor,
+    *,
+    keys: Sequence[tuple[str, str]],
+    owner: uuid.UUID,
+    ttl: float,
+    timeout: float | None = None,
 ) -> set[tuple[str, str]]:
     """Push the expiry of every lease ``owner`` holds among ``keys`` to ``ttl`` from now,
     returning the keys renewed; a lease it no longer holds (released, or expired and taken)
     is left alone, and so is one whose row another transaction holds locked (``SKIP
     LOCKED``): waiting for that row, the statement would hold every other row it renewed,
     stalling those sessions' steps too, and renew none until the lock went. Such a row is
-    then waited for alone (:func:`renew_lease`)."""
-    rows = await conn.fetch(RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl)
+    then waited for alone (:func:`renew_lease`). ``timeout`` bounds the statement in place of
+    the pool's bound (``services.leases.renewal_limit``)."""
+    rows = await conn.fetch(
+        RENEW_LEASES, [k[0] for k in keys], [k[1] for k in keys], owner, ttl, timeout=timeout
+    )
     return {(r["tenant"], r["id"]) for r in rows}
 
 
@@ -158,6 +166,18 @@ WHERE s.tenant = $1 AND s.id = $2
 RETURNING CASE WHEN old.owner IS NULL AND old.expires > clock_timestamp() THEN old.expires END
 """
 
+CLAIM_COMPACTION_SKIPPING = """
+WITH free AS (SELECT tenant, id, compaction_owner AS owner, compaction_expires AS expires
+              FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE SKIP LOCKED)
+UPDATE sessions s SET compaction_owner = $3,
+    compaction_expires = clock_timestamp() + make_interval(secs => $4)
+FROM free
+WHERE s.tenant = free.tenant AND s.id = free.id
+  AND (free.owner IS NULL OR free.expires < clock_timestamp())
+  AND NOT ($5 AND free.owner IS NULL AND coalesce(free.expires > clock_timestamp(), false))
+RETURNING CASE WHEN free.owner IS NULL AND free.expires > clock_timestamp() THEN free.expires END
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -176,12 +196,34 @@ async def claim_compaction(
     owner: uuid.UUID,
     ttl: float,
     background: bool = False,
+    skip_locked: bool = False,
 ) -> Claim | None:
     """Claim the session's compaction for ``owner``: None when another compaction holds
     the claim (on any replica), or the session does not exist; with ``background``, also
-    while the session backs off after a failed compaction (``release_compaction``)."""
-    row = await conn.fetchrow(CLAIM_COMPACTION, tenant, session_id, owner, ttl, background)
+    while the session backs off after a failed compaction (``release_compaction``).
+
+    A claim waits for the session's row when another transaction holds it locked (a
+    summary's insert, which the taker then reads; a reset's work; an operator's lock), for
+    the pool's statement bound at most. With ``skip_locked`` (a background compaction, the
+    start's closing of interrupted ones: work that can come later) it does not wait: a
+    locked row is a claim not taken, False at once, so no such claim holds a connection, or
+    the replica's start, for as long as the lock lasts."""
+    sql = CLAIM_COMPACTION_SKIPPING if skip_locked else CLAIM_COMPACTION
+    row = await conn.fetchrow(sql, tenant, session_id, owner, ttl, background)
     return None if row is None else Claim(row[0])
+
+
+CLAIM_HELD = """
+SELECT compaction_owner IS NOT NULL AND compaction_expires > clock_timestamp()
+FROM sessions WHERE tenant = $1 AND id = $2
+"""
+
+
+async def claim_held(conn: Executor, *, tenant: str, session_id: str) -> bool:
+    """Whether a compaction holds the session's claim now, read without waiting for its row:
+    a claim with ``skip_locked`` not taken (None) while this is False met a locked row (or no
+    session), not another compaction."""
+    return bool(await conn.fetchval(CLAIM_HELD, tenant, session_id))
 
 
 RENEW_CLAIMS = """
@@ -199,14 +241,17 @@ WHERE s.tenant = mine.tenant AND s.id = mine.id AND s.compaction_owner = mine.ow
 
 
 async def renew_claims(
-    conn: Executor, *, claims: Sequence[tuple[str, str, uuid.UUID]], ttl: float
+    conn: Executor,
+    *,
+    claims: Sequence[tuple[str, str, uuid.UUID]],
+    ttl: float,
+    timeout: float | None = None,
 ) -> None:
     """Push the expiry of each compaction claim (tenant, session, owner) still held; one
     whose row another transaction holds locked is left to the next round, as
-    :func:`renew_leases` leaves its lease."""
-    await conn.execute(
-        RENEW_CLAIMS, [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims], ttl
-    )
+    :func:`renew_leases` leaves its lease (and ``timeout`` as it does)."""
+    tenants, ids, owners = [c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims]
+    await conn.execute(RENEW_CLAIMS, tenants, ids, owners, ttl, timeout=timeout)
 
 
 RELEASE_COMPACTION = """

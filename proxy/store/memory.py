@@ -256,10 +256,22 @@ async def _forget_in_turns(conn: Connection, tenant: str, scope: str, fact: str)
         await conn.execute(FORGET_IN_TURNS, tenant, ids, was, blocks)
 
 
-SESSION_FACTS = f"""
-SELECT m.fact FROM memory m JOIN sessions s ON s.tenant = m.tenant
-WHERE m.tenant = $1 AND s.id = $2 AND {_reads_scope("m.scope", "s.agent")}
-ORDER BY m.id LIMIT $3 OFFSET $4
+SESSION_FACTS = """
+SELECT fact FROM (
+    (SELECT id, fact FROM memory
+     WHERE tenant = $1 AND scope >= 'global' AND scope <= 'global'
+       AND EXISTS (SELECT FROM sessions WHERE tenant = $1 AND id = $2)
+     ORDER BY scope, id LIMIT $3::bigint + $4::bigint)
+    UNION ALL
+    (SELECT id, fact FROM memory
+     WHERE tenant = $1
+       AND scope >= (SELECT 'agent:' || agent FROM sessions
+                     WHERE tenant = $1 AND id = $2 AND agent <> 'default')
+       AND scope <= (SELECT 'agent:' || agent FROM sessions
+                     WHERE tenant = $1 AND id = $2 AND agent <> 'default')
+     ORDER BY scope, id LIMIT $3::bigint + $4::bigint)
+) f
+ORDER BY id LIMIT $3 OFFSET $4
 """
 
 
@@ -270,6 +282,14 @@ async def session_facts(
     (:func:`_reads_scope`), oldest first, in one statement (the session row names the
     agent); ``limit`` of them
     from ``offset`` on (None: all), since the block holds only the oldest few of a large
-    scope."""
+    scope.
+
+    Each scope is read as its own range of ``memory_scope_id`` (migration 0035), at most
+    ``limit + offset`` rows, and the two merged by id: the facts of the tenant's other scopes
+    are never read. The ranges are written ``scope >= x AND scope <= x``, not ``=``: the
+    agent's scope comes from the session row, a value the planner does not know, and with
+    an equality it took the id order for granted from ``memory_pkey`` and walked the
+    tenant's every fact for a small scope (docs/perf.md); a range keeps ``scope`` in the
+    order asked, which only the index gives without a sort."""
     rows = await conn.fetch(SESSION_FACTS, tenant, session_id, limit, offset)
     return [row["fact"] for row in rows]

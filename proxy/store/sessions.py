@@ -9,10 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Container, Seque
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
 from proxy.requestlog import session_wait
-from proxy.store.db import unavailable_when_lost
+from proxy.store.db import lend, unavailable_when_lost
 from proxy.store.events import NOTIFY_CHANNEL
 from proxy.store.leases import free_for_update, leave_queue, poll_delays
 from proxy.store.nul import decode
@@ -213,11 +211,7 @@ async def _locked(
     delays, owner, refused = poll_delays(), uuid.uuid4(), None
     while True:
         async with contextlib.AsyncExitStack() as stack:
-            lent: Connection
-            if isinstance(conn, asyncpg.Pool):
-                lent = await stack.enter_async_context(conn.acquire())
-            else:
-                lent = conn
+            lent: Connection = await stack.enter_async_context(lend(conn))
             stack.enter_context(unavailable_when_lost())
             await stack.enter_async_context(lent.transaction())
             if await free_for_update(lent, tenant=tenant, session_id=session_id, owner=owner):

@@ -7,8 +7,7 @@ import uuid
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
+from proxy.store.db import lend
 from proxy.store.nul import decode, encode
 
 if TYPE_CHECKING:
@@ -142,11 +141,7 @@ async def insert_summary(
         version = await conn.fetchval(INSERT_SUMMARY, *args)
         return None if version is None else int(version)
     async with contextlib.AsyncExitStack() as stack:
-        lent = (
-            await stack.enter_async_context(conn.acquire())
-            if isinstance(conn, asyncpg.Pool)
-            else conn
-        )
+        lent = await stack.enter_async_context(lend(conn))
         await stack.enter_async_context(lent.transaction())
         if not await lent.fetchval(LOCK_CLAIM, tenant, session_id, owner):
             return None

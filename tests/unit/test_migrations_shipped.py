@@ -46,6 +46,7 @@ SHIPPED = {  # version: sha256 of the file, as store.db computes it
     32: "8ba6c48a556d3f1fddc2ca0b0b808056fd408ca45f771930182f43937ee8ac5c",
     33: "b5524e599cf6919f94017e7db668504fc083fc78e8df210266b9e908a8ab4e4f",
     34: "c9c7f807bfc95cc40166bebaf7bb33d47ae8bec07f36ecc9cba0a8b16b68436b",
+    35: "6e0628bc30119b0fb8ffdf612eaf1325beace6f5671132cbcfe2d388edcba9be",
 }
 
 
