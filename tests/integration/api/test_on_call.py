@@ -179,3 +179,26 @@ def scrape_with_key(proxy: ProxyServer) -> Samples:
     resp = httpx.get(f"{proxy.origin}/metrics", headers=AUTH)
     assert resp.status_code == 200
     return Samples(resp.text)
+
+
+def test_a_forced_compaction_that_fails_is_one_warning(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, lines: Lines
+) -> None:
+    """Its fast model fails each attempt: each is an INFO line, the compaction's failure
+    one WARNING, its 502's, naming the cause. Each attempt was a WARNING of its own, so one
+    failure read as several."""
+    turns = [{"role": "user", "content": f"question {i} " + "word " * 50} for i in range(8)]
+    history = [m for t in turns for m in (t, {"role": "assistant", "content": "answer " * 50})]
+    body = {"model": "gpt-4o", "messages": [*history, {"role": "user", "content": "hi"}]}
+    url = f"{proxy.origin}/s/oncall/v1/chat/completions"
+    assert httpx.post(url, json=body, headers=AUTH).status_code == 200
+    fake_upstream.script(error(500), error(500), error(500))
+    url = f"{proxy.origin}/v1/sessions/oncall/compact"
+    resp = httpx.post(url, headers={**AUTH, "x-request-id": "compact-fails"}, timeout=20)
+    assert resp.status_code == 502 and resp.json()["error"]["code"] == "summary_failed"
+    said = lines.of("compact-fails")
+    (warning,) = [x for x in said if x["level"] != "INFO"]
+    assert warning["level"] == "WARNING"
+    assert "the compaction failed: fast model answered 500" in warning["message"]
+    attempts = [x for x in said if "attempt" in x["message"]]
+    assert len(attempts) == 3 and all(x["level"] == "INFO" for x in attempts)
