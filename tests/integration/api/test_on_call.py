@@ -202,3 +202,42 @@ def test_a_forced_compaction_that_fails_is_one_warning(
     assert "the compaction failed: fast model answered 500" in warning["message"]
     attempts = [x for x in said if "attempt" in x["message"]]
     assert len(attempts) == 3 and all(x["level"] == "INFO" for x in attempts)
+
+
+def test_a_client_gone_mid_stream_is_no_error_line_nor_counted_error(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, lines: Lines
+) -> None:
+    """The table's "client gone mid-stream" row: its access line says ``client_gone``, and
+    nothing else is written for it nor counted as a provider's error."""
+    fake_upstream.script(reply("one two three four five six", chunks=6, chunk_delay=0.2))
+    before = _value(scrape_with_key(proxy), "cascade_upstream_errors_total")
+    body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {**AUTH, "x-request-id": "gone"}
+    url = f"{proxy.origin}/s/oncall/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=10) as resp:
+        assert resp.status_code == 200
+        next(resp.iter_lines())  # the answer began; the user stops it
+    assert lines.of("gone") == []
+    (access,) = [x for x in lines.lines if x.get("request_id") == "gone"]
+    assert access["client_gone"] is True
+    assert _value(scrape_with_key(proxy), "cascade_upstream_errors_total") == before
+
+
+def test_a_stream_cut_short_is_a_200_and_an_unknown_output_a_404_by_route(
+    proxy: ProxyServer, fake_upstream: FakeUpstream, lines: Lines
+) -> None:
+    """The table's metric column for two rows: the broken stream is counted by the 200 that
+    went out, the unknown tool output's 404 by its route's template, never its path."""
+    fake_upstream.script(reply("a b c d e f", chunks=6, reset_after=3))
+    assert _chat(proxy, "cut", stream=True).status_code == 200
+    lines.of("cut")
+    url = f"{proxy.origin}/v1/sessions/oncall/tool-outputs/call_nope"
+    assert httpx.get(url, headers=AUTH).status_code == 404
+    m = scrape_with_key(proxy)
+    assert _value(m, "cascade_requests_total", route=SESSION_ROUTE, status="200") == 1
+    (route,) = {
+        s.labels["route"]
+        for s in m.samples
+        if s.name == "cascade_requests_total" and s.labels.get("status") == "404"
+    }
+    assert route == "/v1/sessions/{session_id}/tool-outputs/{tool_call_id}", route
