@@ -51,6 +51,11 @@ def traced(
 LATE: dict[str, tuple[Responder, str, str]] = {
     "timeout": (reply("late", first_byte_delay=3), "upstream_timeout", "504"),
     "provider 500": (error(500, first_byte_delay=0.4), '"500"', "500"),
+    "stalled mid-answer": (
+        reply("a b c d", chunks=4, first_token_delay=0.1, chunk_delay=1.5),
+        "upstream_timeout",
+        "504",
+    ),
 }
 
 
