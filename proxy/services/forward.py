@@ -333,8 +333,9 @@ class Forwarder:
         first_wait: float | None = None,
     ) -> AsyncIterator[bytes]:
         """One round's answer relayed (``relay_round``), ``poll`` (the delta tap) called after
-        each piece and a provider's error in it logged once, before the client can leave; the
-        answer is closed at the end."""
+        each piece and a provider's error in it logged once, before the client can leave, and
+        failing the request's span as a whole answer holding it would; the answer is closed at
+        the end."""
         failed = False
         try:
             async for piece in relay_round(
@@ -351,6 +352,7 @@ class Forwarder:
                 poll()
                 if out.provider_error and not failed:
                     log_stream_error(step.route.provider, resp.status_code, out.provider_error)
+                    note_late_error(UpstreamBadResponse.status_code)  # a whole answer's 502
                     failed = True
                 yield piece
         finally:

@@ -7,6 +7,7 @@ or answered a 5xx, after the early ``200`` said nothing (status UNSET)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.settings import Settings
-from tests.fakes.replies import Responder, error, reply
+from tests.fakes.replies import Responder, error, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.test_metrics import post_chat
@@ -107,3 +108,31 @@ def test_a_client_that_left_fails_neither_span(
     assert "error.type" not in attrs(request)
     for call in by_kind(spans, SpanKind.CLIENT):
         assert call.status.status_code is StatusCode.UNSET, attrs(call)
+
+
+_CHUNK = {
+    "id": "c1",
+    "object": "chat.completion.chunk",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial "}}],
+}
+_FAILURE = {"error": {"message": "overloaded", "type": "server_error", "code": None}}
+
+
+def test_a_providers_error_event_mid_stream_fails_the_requests_span(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """OpenAI's overloaded ``server_error`` mid-answer, relayed: the request failed as the
+    whole answer holding that error object would have (the client's 502)."""
+    start = f"data: {json.dumps(_CHUNK)}\n\n"
+    fake_upstream.script(raw(start, f"data: {json.dumps(_FAILURE)}\n\n", "data: [DONE]\n\n"))
+    resp = post_chat(traced.origin, CHAT, "in-band", stream=True)
+    assert resp.status_code == 200 and "overloaded" in resp.text, resp.text
+    spans = finished(exporter)
+    (request,) = by_kind(spans, SpanKind.SERVER)
+    (call,) = by_kind(spans, SpanKind.CLIENT)
+    assert attrs(call)["error.type"] == "error_answer"
+    assert request.status.status_code is StatusCode.ERROR, attrs(request)
+    assert attrs(request)["http.response.status_code"] == 200
+    assert attrs(request)["error.type"] == "502"
