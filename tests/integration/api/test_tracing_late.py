@@ -37,8 +37,8 @@ def exporter() -> InMemorySpanExporter:
 def traced(
     db_dsn: str, tmp_path: Path, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> Iterator[ProxyServer]:
-    """Keep-alive comments every 0.2 s; the provider gives up after 0.6 s."""
-    providers = {"openai": {"baseUrl": fake_upstream.url, "timeoutSeconds": 0.6}}
+    """Keep-alive comments every 0.2 s; the provider gives up after 1.2 s."""
+    providers = {"openai": {"baseUrl": fake_upstream.url, "timeoutSeconds": 1.2}}
     config = write_config(tmp_path / "agents.json", fake_upstream.url, providers=providers)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -51,9 +51,9 @@ def traced(
 
 LATE: dict[str, tuple[Responder, str, str]] = {
     "timeout": (reply("late", first_byte_delay=3), "upstream_timeout", "504"),
-    "provider 500": (error(500, first_byte_delay=0.4), '"500"', "500"),
+    "provider 500": (error(500, first_byte_delay=0.8), '"500"', "500"),
     "stalled mid-answer": (
-        reply("a b c d", chunks=4, first_token_delay=0.1, chunk_delay=1.5),
+        reply("a b c d", chunks=4, first_token_delay=0.1, chunk_delay=2.5),
         "upstream_timeout",
         "504",
     ),
@@ -78,7 +78,7 @@ def test_a_providers_429_after_the_early_200_is_no_error_of_the_requests_span(
     traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> None:
     """A 4xx is the client's to act on, as its whole answer's would be."""
-    fake_upstream.script(error(429, first_byte_delay=0.4))
+    fake_upstream.script(error(429, first_byte_delay=0.8))
     resp = post_chat(traced.origin, CHAT, "late-429", stream=True)
     assert resp.status_code == 200 and '"429"' in resp.text, resp.text
     (request,) = by_kind(finished(exporter), SpanKind.SERVER)
