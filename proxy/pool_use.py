@@ -11,6 +11,7 @@ new one for an origin that comes back.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -57,7 +58,9 @@ class PoolUse:
             self._close(pool)
 
     def _close(self, pool: httpx.AsyncBaseTransport) -> None:
-        task = asyncio.get_running_loop().create_task(_aclose(pool))
+        """Close ``pool`` in a task of a context of its own: the last request through it
+        ends it here, and the close is the process's (a reload's), not that request's."""
+        task = asyncio.get_running_loop().create_task(_aclose(pool), context=contextvars.Context())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import signal
 import socket
@@ -97,6 +98,12 @@ class _Server(uvicorn.Server):
     with its status (128 + it)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Run in a context of its own: a signal's handler runs in whatever the main thread
+        was running, a request's task too, whose ids its lines would carry as if that request
+        had stopped the process."""
+        contextvars.Context().run(self._handle_exit, sig, frame)
+
+    def _handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig != signal.SIGINT and self.terminated_by is None:
             self.terminated_by = sig
         if not self.started and STARTING.interrupt(sig):

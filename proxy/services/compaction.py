@@ -87,6 +87,7 @@ from proxy.store.db import (
     borrowed,
     unavailable_when_lost,
 )
+from proxy.tasks import said_if_failed
 from proxy.upstream import Upstream
 
 __all__ = ["DurableSummarizer", "CompactionResult"]
@@ -140,6 +141,7 @@ class DurableSummarizer:
         task.add_done_callback(
             lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t else None
         )
+        task.add_done_callback(said_if_failed(f"background compaction of {job.session_id}"))
         return True
 
     def running(self, tenant: str, session_id: str) -> bool:

@@ -52,7 +52,8 @@ async def report_failed(
     claim: its session was deleted (and perhaps made again, under the same id, by a
     request: not the session it started in), or the compaction that took the lapsed claim
     closed its start as interrupted already. Returns the session's backoff, in seconds,
-    after a ``summary_failed`` one (None after another reason, or a lost claim)."""
+    after a ``summary_failed`` one (None after another reason, or a lost claim), which is
+    one WARNING with its cause and that backoff: its attempts are INFO lines."""
     key = {"tenant": job.tenant, "session_id": job.session_id}
     if not await claims.holds_compaction(conn, **key, owner=span.owner):
         log.info("compaction of %s lost its claim; %s dropped", job.session_id, reason)
@@ -73,5 +74,13 @@ async def report_failed(
         run = await events.count_failed_run(conn, tenant=job.tenant, session_id=job.session_id)
         backoff = compaction_backoff(run + 1, exc.retry_after if exc else None)
         data["retry_in_seconds"] = backoff
+        if job.trigger != "api":  # the API's answer is a 502, whose line says it
+            log.warning(
+                "compaction of %s failed after %d attempt(s), the next in %g s: %s",
+                job.session_id,
+                attempts,
+                backoff,
+                error,
+            )
     await publish(conn, job, COMPACTION_FAILED, data)
     return backoff

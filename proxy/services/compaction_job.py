@@ -375,7 +375,8 @@ async def _call(
                     return text
             except (ValueError, LookupError, TypeError, AttributeError) as exc:
                 last = f"unusable summary ({type(exc).__name__}: {exc})"
-        log.warning("compaction of %s attempt %d failed: %s", job.session_id, attempt, last)
+        # an attempt is INFO: the compaction failed is one WARNING, said by its caller
+        log.info("compaction of %s attempt %d failed: %s", job.session_id, attempt, last)
         if too_long:
             raise _TooLong(last, attempt)
         if wait is not None and wait > _RETRY_AFTER_WAIT:

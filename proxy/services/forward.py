@@ -26,8 +26,9 @@ from proxy import answers, chunks, sse
 from proxy.bus import EventBus
 from proxy.cascade.delta_fields import rounds_merged
 from proxy.cascade.types import Message
+from proxy.errors import UpstreamBadResponse, UpstreamTimeout
 from proxy.jsonio import dumps
-from proxy.observe import note_answer
+from proxy.observe import note_answer, note_late_error
 from proxy.provider_errors import completion, log_relayed, log_stream_error, provider_name
 from proxy.provider_refusal import relayed
 from proxy.services import deltas
@@ -312,9 +313,12 @@ class Forwarder:
                 await _end(turn, reply, prompt_tokens, refused=refused, calibration=calibration)
 
     def _error_frame(self, step: Step, out: RoundOutcome) -> bytes:
-        """The error frame that ends a stream whose round ended short, logged."""
+        """The error frame that ends a stream whose round ended short, logged. The request
+        failed as a whole answer's 502 (504 for a timeout) would have: its span says so."""
         if out.stopped:
             return stopped_frame(self.stop.grace)
+        late = UpstreamTimeout if out.error_code == UpstreamTimeout.code else UpstreamBadResponse
+        note_late_error(late.status_code)
         where = provider_name(step.route.provider)
         log.warning("a stream from %s ended with an error event: %s", where, out.error)
         return sse.error_event(out.error or "", code=out.error_code)
@@ -329,8 +333,9 @@ class Forwarder:
         first_wait: float | None = None,
     ) -> AsyncIterator[bytes]:
         """One round's answer relayed (``relay_round``), ``poll`` (the delta tap) called after
-        each piece and a provider's error in it logged once, before the client can leave; the
-        answer is closed at the end."""
+        each piece and a provider's error in it logged once, before the client can leave, and
+        failing the request's span as a whole answer holding it would; the answer is closed at
+        the end."""
         failed = False
         try:
             async for piece in relay_round(
@@ -347,6 +352,7 @@ class Forwarder:
                 poll()
                 if out.provider_error and not failed:
                     log_stream_error(step.route.provider, resp.status_code, out.provider_error)
+                    note_late_error(UpstreamBadResponse.status_code)  # a whole answer's 502
                     failed = True
                 yield piece
         finally:

@@ -29,6 +29,7 @@ from proxy.services.promotion import promote
 from proxy.stopping import StopClock, within_grace
 from proxy.store import messages as msgs, summaries
 from proxy.store.db import Lent, borrowed
+from proxy.tasks import said_if_failed
 
 __all__ = ["Promotions"]
 
@@ -136,3 +137,4 @@ class Promotions:
         task = asyncio.create_task(requestlog.apart(coro), name=f"{name}:{job.session_id}")
         self._tasks[task] = (job.tenant, job.session_id)
         task.add_done_callback(lambda t: self._tasks.pop(t, None))
+        task.add_done_callback(said_if_failed(f"{name} of {job.session_id}"))

@@ -24,6 +24,7 @@ from proxy.config import ProviderConfig
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.jsonio import loads
 from proxy.logs import causes
+from proxy.observe import note_late_error
 from proxy.provider_refusal import relayed
 from proxy.stopping import STOPPED, STOPPED_CODE, StopClock
 from proxy.upstream import StreamAnswer, response_headers
@@ -71,13 +72,15 @@ async def round_response(
 ) -> tuple[StreamAnswer, bytes | None, Response | None]:
     """The round's answer, or the error frame for it (with a provider's error status,
     also its response, for a stream that has sent nothing yet); the stop's frame when
-    ``stop``'s grace ended before the provider answered."""
+    ``stop``'s grace ended before the provider answered. A frame goes out after the
+    stream's ``200``: its status (a 5xx) fails the request's span as a whole answer's would."""
     if stop is not None and stop.expired and not send.done():
         return None, stopped_frame(stop.grace), None  # type: ignore[return-value]
     try:
         resp = await send
     except Exception as exc:
         status = getattr(exc, "status_code", 502)
+        note_late_error(status)
         event = _failed(exc, status, getattr(exc, "code", None) or str(status))
         return None, event, None  # type: ignore[return-value]
     if resp.status_code < 400:
@@ -85,7 +88,9 @@ async def round_response(
     try:
         refusal = await read_refusal(resp, provider)
     except (UpstreamUnavailable, UpstreamTimeout) as exc:  # the body broke off/stalled
+        note_late_error(exc.status_code)
         return resp, _failed(exc, exc.status_code, exc.code), None
+    note_late_error(resp.status_code)  # a 4xx is the client's: no failure of the span
     retry = resp.headers.get("retry-after")
     retry = retry[:64] if retry else None  # the provider's value, seconds or a date, as sent
     said = f" (Retry-After: {retry})" if retry else ""

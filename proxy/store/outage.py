@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -36,10 +37,17 @@ class Outage:
         except Exception as exc:
             if self._armed and self._since is None:
                 self._since = time.monotonic()
-                log.warning("PostgreSQL is unreachable, the pool retries: %s", exc)
+                _say("PostgreSQL is unreachable, the pool retries: %s", exc)
             raise
         if self._since is not None:
             down = time.monotonic() - self._since
             self._since = None
-            log.warning("PostgreSQL is reachable again, after %.0f s", down)
+            _say("PostgreSQL is reachable again, after %.0f s", down)
         return conn
+
+
+def _say(message: str, *args: object) -> None:
+    """One of the outage's lines, in a context of its own: the connect may run in a
+    request's task, and the outage is the process's, not that request's (whose 503 says
+    what it met)."""
+    contextvars.Context().run(log.warning, message, *args)

@@ -25,7 +25,8 @@ def test_compaction_results_and_reclaimed_stages_are_exported_at_zero() -> None:
 def _documented(metric: str) -> list[str]:
     """The label values README's Metrics bullet for ``metric`` names, in backticks."""
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    bullet = re.search(rf"^- `{metric}\{{\w+\}}`:(.*?)(?=^- |\n\n)", readme, re.M | re.S)
+    pattern = rf"^- `{metric}\{{\w+\}}`(?: \(\w+\))?:(.*?)(?=^- |\n\n)"  # its type, if said
+    bullet = re.search(pattern, readme, re.M | re.S)
     assert bullet is not None, metric
     return re.findall(r"`(\w+)`", bullet.group(1))
 

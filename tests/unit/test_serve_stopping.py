@@ -4,6 +4,8 @@ signal nor what the stop waits for, and a second SIGTERM, which uvicorn takes si
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import signal
 from collections.abc import Iterator
@@ -11,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 import uvicorn
 
+from proxy import requestlog
+from proxy.logs import JsonFormatter
 from proxy.server import _Server
 
 
@@ -49,3 +53,37 @@ def test_a_second_sigterm_says_it_is_still_stopping(
         "SIGTERM again: still waiting for 2 open connection(s); a Ctrl-C (SIGINT) quits at once"
     ]
     assert not server.force_exit
+
+
+def test_a_signal_taken_while_a_request_runs_is_not_that_requests_line(server: _Server) -> None:
+    """A signal's handler runs in whatever code the main thread was in, a request's task
+    too: the stop's lines named that request (its ``request_id``, a JSON line's field, as a
+    line is formatted when written), as if it had caused the stop."""
+    lines: list[dict[str, object]] = []
+    handler = logging.Handler()
+    handler.setFormatter(JsonFormatter())
+    handler.emit = lambda record: lines.append(json.loads(handler.format(record)))  # type: ignore[method-assign]
+    logger = logging.getLogger("cascade")
+    logger.addHandler(handler)
+    token = requestlog.begin(requestlog.RequestRecord("req-1", "s1"))
+    try:
+        with _level(logger):
+            server.handle_exit(signal.SIGTERM, None)
+            server.handle_exit(signal.SIGINT, None)
+            server.handle_exit(signal.SIGINT, None)
+    finally:
+        requestlog.end(token)
+        logger.removeHandler(handler)
+    assert len(lines) == 2  # the stop, and the second Ctrl-C's "interrupted again"
+    for line in lines:
+        assert "request_id" not in line and "session_id" not in line, line
+
+
+@contextlib.contextmanager
+def _level(logger: logging.Logger) -> Iterator[None]:
+    before = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)

@@ -22,7 +22,7 @@ import pytest
 from proxy.session_id import tenant_from_bearer
 from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
-from tests.integration.api.conftest import ProxyServer, StartProxy
+from tests.integration.api.conftest import ProxyServer, Records, StartProxy
 
 # Loads both cores or times the proxy: make test runs it alone, after the rest.
 pytestmark = pytest.mark.heavy
@@ -107,10 +107,12 @@ def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
     start_proxy: StartProxy,
     config_path: Path,
     fake_upstream: FakeUpstream,
+    records: Records,
 ) -> None:
     """The one connection is stuck in a statement (the test holds the session row the
     request's first statement waits for): another session waits for the pool, then is
-    told to retry; nothing leaks once the row is free."""
+    told to retry, in one WARNING naming the setting to raise; nothing leaks once the row
+    is free."""
     fake_upstream.script(reply("first"), reply("held"), reply("later"))
     server = start_proxy(config_path, pool_max_size=1, pool_timeout_seconds=0.3)
 
@@ -140,6 +142,8 @@ def test_a_request_that_finds_every_connection_held_is_a_503_with_retry_after(
     error = busy.response.json()["error"]
     assert error["type"] == "server_error" and error["code"] == "server_busy"
     assert "CASCADE_POOL_MAX_SIZE" in error["message"]
+    (said,) = [r for r in records.errors() if "CASCADE_POOL_MAX_SIZE" in r.getMessage()]
+    assert said.levelname == "WARNING" and said.getMessage().startswith("503 POST ")
     assert 0.25 <= waited < 1.5  # waited for a connection, then gave up
     assert later == "later"  # the connection came back: nothing leaked
 

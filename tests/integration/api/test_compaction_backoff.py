@@ -9,6 +9,7 @@ replica honours it; a forced compaction does not.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from tests.integration.api.compaction_stack import (
     wait_until,
     words,
 )
+from tests.integration.api.conftest import Records
 
 LONG = briefing(objective=words(2400, "verbose"))  # no smaller than the span it folds
 
@@ -51,8 +53,9 @@ def _expire(s: Stack, session: str) -> None:
 
 
 def test_a_failed_background_compaction_is_not_retried_by_each_request_until_its_backoff_ends(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, records: Records
 ) -> None:
+    """Its failure is one WARNING with its cause and backoff (it logged none)."""
     model = Model(brief=lambda req: LONG)
     with stack(tmp_path, db_dsn, fake_upstream, model) as s:
         agent = Agent(s.client("loop"))
@@ -65,6 +68,12 @@ def test_a_failed_background_compaction_is_not_retried_by_each_request_until_its
         assert 25 < row["left"] <= 30
         (first,) = _failed(s, "loop")
         assert first["retry_in_seconds"] == 30
+        (said,) = [
+            r for r in records.records if r.levelno >= logging.WARNING and "loop" in r.getMessage()
+        ]
+        assert said.getMessage().startswith(
+            "compaction of loop failed after 1 attempt(s), the next in 30 s: the briefing leaves"
+        )
         for i in range(3):  # over softFraction, under hardFraction
             agent.say(f"and now {i}?")
         time.sleep(0.3)  # a background compaction would have called by now

@@ -331,6 +331,22 @@ def test_a_stream_that_broke_off_marks_its_call_failed(
     assert attrs(attempt)["error.type"] == "ReadError"
 
 
+def test_a_stream_that_ended_in_an_error_event_fails_its_requests_span(
+    traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
+) -> None:
+    """A stream that broke off ends in the proxy's error event, the 502 its status could
+    no longer say (a whole answer's would have been one): the request failed, and its span
+    says so, as a failure after the 200 in the stream's preparation does, keeping the 200
+    that went out; it said nothing (status UNSET) while its call's span was ERROR."""
+    fake_upstream.script(reply("a b c d e f", chunks=6, reset_after=3))
+    resp = post_chat(traced.origin, CHAT, "broken-request", stream=True)
+    assert resp.status_code == 200 and "upstream_bad_response" in resp.text
+    (request,) = by_kind(finished(exporter), SpanKind.SERVER)
+    assert request.status.status_code is StatusCode.ERROR
+    assert attrs(request)["http.response.status_code"] == 200
+    assert attrs(request)["error.type"] == "502"
+
+
 def test_a_whole_answer_that_broke_off_marks_its_call_failed(
     traced: ProxyServer, fake_upstream: FakeUpstream, exporter: InMemorySpanExporter
 ) -> None:
