@@ -115,7 +115,7 @@ def test_the_no_smaller_failure_reports_the_calls_it_made(
     model = Model(brief=lambda req: next(answers, LONG))
     with stack(tmp_path, db_dsn, fake_upstream, model) as s:
         Agent(s.client("two")).fill()
-        (failed,) = wait_until(lambda: _failed(s, "two"), what="the failure")
+        (failed,) = wait_until(lambda: _failed(s, "two"), timeout=20, what="the failure")
         assert "no smaller" in failed["error"]
         assert failed["attempts"] == len(model.fast_times) == 2
 
