@@ -188,8 +188,11 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   if (row.evicted) marks.push(el("span", { class: "mark", "data-mark": "evicted", text: "evicted" }));
   if (row.trimmed) marks.push(el("span", { class: "mark", "data-mark": "trimmed", text: "trimmed" }));
   if (row.redacted) marks.push(el("span", { class: "mark", "data-mark": "redacted", text: "redacted" }));
-  const calls = (m.tool_calls || []).map((c) => el("code", { class: "call",
-    text: `${c.function ? c.function.name : c.type}(${c.function ? c.function.arguments : ""})` }));
+  const calls = (m.tool_calls || []).map((c) => {
+    const text = `${c.function ? c.function.name : c.type}(${c.function ? c.function.arguments : ""})`;
+    return el("code", { class: "call", text, tabindex: scrolls(text) });
+  });
+  const body = contentText(m.content);
   const li = el("li", {
     class: `msg role-${row.role}${row.trimmed ? " gone" : ""}${folded ? " folded" : ""}`,
     "data-testid": "message", "data-pos": row.pos, "data-role": row.role,
@@ -198,7 +201,7 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   el("div", { class: "msg-head" }, el("span", { class: "role", text: row.role }),
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
-  el("pre", { class: "body", dir: "auto", text: contentText(m.content) }), ...calls);
+  el("pre", { class: "body", dir: "auto", text: body, tabindex: scrolls(body) }), ...calls);
   // An evicted result folded since is summarised, not evicted (the API says so), and its
   // placeholder still names the raw output it pages back.
   const cleared = folded && contentText(m.content).startsWith("[context-cleared]");
@@ -216,6 +219,13 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
     el("span", { class: "hint raw-status", "data-testid": "raw-status", role: "status" }));
   }
   return li;
+}
+
+// A box of text long enough to scroll in its max-height (app.css) is a tab stop ("0"), so a
+// keyboard scrolls it too; a short one is none (null). Judged from the text: a row out of
+// sight is not laid out (content-visibility), so its height cannot be measured.
+export function scrolls(text) {
+  return text.length > 900 || text.split("\n", 13).length > 12 ? "0" : null;
 }
 
 // A reply still streaming (one per choice): its text so far, marked, replaced by the stored

@@ -260,7 +260,8 @@ export class MessageRows {
     if (pre && added !== null) {
       pre.append(added);
     } else {
-      pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
+      pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto",
+        tabindex: "0" }));
       pre.textContent = shown.text;
     }
     // "Reading…" for the whole press, not each page's count: the status is a live region,
