@@ -296,7 +296,29 @@ function unsendable(key) {
   return `the key holds a character no HTTP header carries (U+${point}); paste it again`;
 }
 
+// A toast that goes with the keyboard's focus in it (its close button pressed, the outage
+// it told of over) gave the focus up to the page's body: a keyboard started over at the top
+// and a screen reader said nothing. It goes back where it came from, or to the view's heading.
+function keepToastFocus() {
+  let from = null;
+  $("toasts").addEventListener("focusin", (e) => {
+    if (!$("toasts").contains(e.relatedTarget)) from = e.relatedTarget;
+  });
+  $("toasts").addEventListener("focusout", (e) => { // left for another place: nothing to keep
+    if (e.relatedTarget && !$("toasts").contains(e.relatedTarget)) from = null;
+  });
+  new MutationObserver(() => {
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (!lost || !from) return;
+    const back = from.isConnected && from.checkVisibility() ? from
+      : [$("session-title"), $("list-title"), $("login-key")].find((n) => n.checkVisibility());
+    from = null;
+    if (back) back.focus();
+  }).observe($("toasts"), { childList: true });
+}
+
 function boot() {
+  keepToastFocus();
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const key = $("login-key").value.trim();

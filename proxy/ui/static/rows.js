@@ -140,11 +140,13 @@ export class MessageRows {
   // Rows before the summary's boundary (the leading system rows aside) are folded into it:
   // a new boundary refolds the list, else only the rows not shown yet are added. Whatever
   // streams after the rows (the live reply) is the caller's to show again after.
+  // An item built again takes the focus the one it replaces had (refocus).
   render(boundary) {
     if (boundary !== this.boundary) this.shown = 0;
     this.boundary = boundary;
     const dirty = this.dirty;
     this.dirty = [];
+    const focus = focused(this.list);
     if (this.shown) {
       for (const at of dirty) this.list.children[at].replaceWith(this.item(this.rows[at]));
     }
@@ -152,6 +154,7 @@ export class MessageRows {
     if (this.shown === 0) this.list.replaceChildren(...fresh);
     else this.list.append(...fresh);
     this.shown = this.rows.length;
+    refocus(this.list, focus);
   }
 
   // A view left open on a working agent follows every row it adds: held past 2 * WINDOW
@@ -307,4 +310,26 @@ export function unwrapPage(page, offset) {
   if (!head) return { text: page, end: offset + page.length };
   const text = page.slice(head[0].length).replace(/\n\[\.\.\. more: read_tool_output\(.*\) \.\.\.\]$/, "");
   return { text, end: Number(head[2]) };
+}
+
+// Where the keyboard's focus is in the list: the focused element, its row's position and
+// its data-testid (a raw output's button), or null when the focus is elsewhere.
+function focused(list) {
+  const had = document.activeElement;
+  const li = had && had !== list && list.contains(had) ? had.closest("[data-pos]") : null;
+  return li ? { had, pos: li.dataset.pos, testid: had.dataset.testid } : null;
+}
+
+// A live event rebuilt the row the focus was in (a raw output's button pressed from the
+// keyboard, then a compaction or a trim read the window again): the focus fell to the page's
+// body, and a keyboard started over at the top. It goes to the same control of the row at
+// that position built again, or to the row itself when it has no such control.
+function refocus(list, focus) {
+  if (!focus || focus.had.isConnected) return;
+  const li = list.querySelector(`:scope > [data-pos="${CSS.escape(focus.pos)}"]`);
+  if (!li) return;
+  const same = focus.testid && li.querySelector(`[data-testid="${CSS.escape(focus.testid)}"]`);
+  if (same) { same.focus(); return; }
+  li.tabIndex = -1;
+  li.focus();
 }
