@@ -5,6 +5,7 @@ import { api, ApiError, forgetKey, storedKey, storeKey } from "./api.js";
 import { el, ago, num } from "./render.js";
 import { SessionView } from "./session.js";
 import { forgetDrafts } from "./composer.js";
+import { say } from "./say.js";
 
 const $ = (id) => document.getElementById(id);
 let current = null; // the open SessionView
@@ -20,16 +21,17 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
       node.querySelector("span").textContent === text
     : node.dataset.key === key));
   if (shown) {
-    shown.querySelector("span").textContent = text;
+    say(shown.querySelector("span"), text); // a burst of updates is not said each
     shown.ms = ms;
     later(shown);
     return shown;
   }
   const node = el("div", { class: `toast toast-${kind}`, "data-testid": "toast",
     "data-kind": kind, "data-key": key, role: kind === "error" ? "alert" : "status" },
-  el("span", { text }),
+  el("span"),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
+  say(node.querySelector("span"), text); // its next words wait their turn (say.js)
   node.ms = ms;
   // held while the pointer is on it or the focus in it: it does not go from under a person
   // reading it, or from their keyboard's place on its close button
