@@ -29,7 +29,8 @@ def test_a_toast_closed_from_the_keyboard_gives_the_focus_back(
     console: Page, console_proxy: ProxyServer, db_dsn: str
 ) -> None:
     """Its close button pressed with Enter: the toast went with the focus, which fell to the
-    page's body. It goes back to where the keyboard came from."""
+    page's body. It goes back to where the keyboard came from. The button's focus ring was the
+    browser's own, faint on the toast's dark ground."""
     started(console_proxy, "nudge")
     page = sign_in(console, "#/s/nudge")
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
@@ -41,6 +42,11 @@ def test_a_toast_closed_from_the_keyboard_gives_the_focus_back(
         if toast.locator("button").evaluate("(b) => b === document.activeElement"):
             break
         page.keyboard.press("Tab")
+    # the keyboard's place is drawn, in white on the toast's dark ground
+    ring = toast.locator("button").evaluate(
+        "(b) => [getComputedStyle(b).outlineStyle, getComputedStyle(b).outlineColor]"
+    )
+    assert ring == ["solid", "rgb(255, 255, 255)"], ring
     page.keyboard.press("Enter")
     toast.wait_for(state="detached")
     wait_for(lambda: _active(page) == "composer-send", page)
