@@ -3,15 +3,17 @@
 // queued one announcement each. The first change is written at once; those that follow
 // within the GAP wait, and only the last of them is written when it ends. An empty text
 // (the region cleared) is written at once and drops any text waiting: it announces nothing.
+// An alert's (role=alert: an error toast) is written at once too: what it says now is what
+// the person must hear now, not a second later.
 
 const GAP = 1000;
 const waits = new WeakMap(); // node -> {timer, text (undefined: nothing waits)}
 
 export function say(node, text) {
   const wait = waits.get(node);
-  if (text === "") {
+  if (text === "" || node.closest("[role=alert]")) {
     if (wait) { clearTimeout(wait.timer); waits.delete(node); }
-    node.textContent = "";
+    if (node.textContent !== text) node.textContent = text; // the same again says nothing
     return;
   }
   if (wait) { wait.text = text; return; }
