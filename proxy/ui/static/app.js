@@ -306,8 +306,14 @@ function keepToastFocus() {
   $("toasts").addEventListener("focusin", (e) => {
     if (!$("toasts").contains(e.relatedTarget)) from = e.relatedTarget;
   });
-  $("toasts").addEventListener("focusout", (e) => { // left for another place: nothing to keep
-    if (e.relatedTarget && !$("toasts").contains(e.relatedTarget)) from = null;
+  // left for another place, or for none (a click on the page's text) while the toast stays:
+  // the person moved the focus, and a toast going or coming later is no reason to move it
+  $("toasts").addEventListener("focusout", (e) => {
+    if (e.relatedTarget) {
+      if (!$("toasts").contains(e.relatedTarget)) from = null;
+    } else {
+      queueMicrotask(() => { if (e.target.isConnected) from = null; });
+    }
   });
   new MutationObserver(() => {
     const lost = !document.activeElement || document.activeElement === document.body;

@@ -13,7 +13,8 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import sign_in
+from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,6 +32,31 @@ def _active(page: Any) -> str:
             " : document.activeElement.dataset.testid || document.activeElement.id"
         )
     )
+
+
+def test_a_toast_left_for_the_page_does_not_take_the_focus_back_when_another_comes(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """Tabbed to a toast's close button from the composer, then a click on the page's text
+    (no control: the focus goes to the body). A toast coming later is no reason to put the
+    keyboard back on the composer: the person moved it, nothing took it."""
+    started(console_proxy, "away")
+    page = sign_in(console, "#/s/away")
+    page.get_by_test_id("message-list").get_by_text("hi").wait_for()
+    inject(db_dsn, "away", "context.handoff_suggested", {"fraction": 0.9})
+    toast = page.get_by_test_id("toast").filter(has_text="handing off")
+    toast.wait_for()
+    page.get_by_test_id("composer-send").focus()
+    for _ in range(10):
+        if toast.locator("button").evaluate("(b) => b === document.activeElement"):
+            break
+        page.keyboard.press("Tab")
+    page.get_by_test_id("usage-text").click()  # text, not a control
+    assert _active(page) == "body"
+    page.evaluate(_TOAST, ["Another thing.", "info", None])
+    page.get_by_test_id("toast").filter(has_text="Another thing.").wait_for()
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => setTimeout(r)))")
+    assert _active(page) == "body"
 
 
 def test_an_alert_updated_under_its_key_says_the_new_text_at_once(
