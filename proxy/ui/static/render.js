@@ -221,11 +221,23 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   return li;
 }
 
-// A box of text long enough to scroll in its max-height (app.css) is a tab stop ("0"), so a
-// keyboard scrolls it too; a short one is none (null). Judged from the text: a row out of
-// sight is not laid out (content-visibility), so its height cannot be measured.
+// A box of text long enough to scroll in its max-height (app.css: about 15 lines) is a tab
+// stop ("0"), so a keyboard scrolls it too; a short one is none (null). Judged from the text:
+// a row out of sight is not laid out (content-visibility), so its height cannot be measured.
+// Each line counts the lines it wraps to at WRAP characters (fewer than the narrowest column
+// holds), so a long line among short ones counts for what it takes; counting stops at ROWS.
+const WRAP = 50;
+const ROWS = 12;
 export function scrolls(text) {
-  return text.length > 900 || text.split("\n", 13).length > 12 ? "0" : null;
+  let rows = 0;
+  for (let at = 0; at <= text.length && rows <= ROWS; at++) {
+    const end = text.indexOf("\n", at);
+    const line = (end < 0 ? text.length : end) - at;
+    rows += Math.max(1, Math.ceil(line / WRAP));
+    if (end < 0) break;
+    at = end;
+  }
+  return rows > ROWS ? "0" : null;
 }
 
 // A reply still streaming (one per choice): its text so far, marked, replaced by the stored

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.integration.api.conftest import ProxyServer
-from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import inject, sign_in
+from tests.integration.ui.conftest import ROOMY, Page
+from tests.integration.ui.test_console import inject, posted, sign_in, wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -70,3 +70,19 @@ def test_an_alert_updated_under_its_key_says_the_new_text_at_once(
     alert.filter(has_text="The proxy is away.").wait_for()
     page.evaluate(_TOAST, ["The proxy is back; reading again.", "error", "outage"])
     assert alert.inner_text().startswith("The proxy is back"), alert.inner_text()
+
+
+@ROOMY
+def test_a_message_of_short_lines_and_one_long_one_that_scrolls_is_a_tab_stop(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """Eleven short lines and one of 800 characters: under 900 characters and 13 lines, but
+    the long line wraps to several, and the box scrolls. A box that scrolls and takes no
+    focus cannot be scrolled from the keyboard (axe: scrollable-region-focusable)."""
+    text = "\n".join([*(f"line {i}" for i in range(11)), "word " * 160])
+    posted(console_proxy, "wrapped", [{"role": "user", "content": text}])
+    page = sign_in(console, "#/s/wrapped")
+    body = page.locator("[data-testid=message][data-role=user] pre.body").first
+    body.wait_for()
+    wait_for(lambda: body.evaluate("(b) => b.scrollHeight > b.clientHeight + 1"), page)
+    assert body.evaluate("(b) => b.tabIndex") == 0
