@@ -312,21 +312,29 @@ export function unwrapPage(page, offset) {
   return { text, end: Number(head[2]) };
 }
 
-// Where the keyboard's focus is in the list: the focused element, its row's position and
-// its data-testid (a raw output's button), or null when the focus is elsewhere.
+// Where the keyboard's focus is in the list: the focused element, its row's position, the
+// tool call its row answers and its data-testid (a raw output's button), or null when the
+// focus is elsewhere.
 function focused(list) {
   const had = document.activeElement;
   const li = had && had !== list && list.contains(had) ? had.closest("[data-pos]") : null;
-  return li ? { had, pos: li.dataset.pos, testid: had.dataset.testid } : null;
+  return li ? { had, pos: li.dataset.pos, call: li.dataset.toolCallId, testid: had.dataset.testid }
+    : null;
 }
 
 // A live event rebuilt the row the focus was in (a raw output's button pressed from the
 // keyboard, then a compaction or a trim read the window again): the focus fell to the page's
-// body, and a keyboard started over at the top. It goes to the same control of the row at
-// that position built again, or to the row itself when it has no such control.
+// body, and a keyboard started over at the top. It goes to the same control of that row
+// built again, or to the row itself when it has no such control. A tool result is found by
+// its call's id, the nearest to where it was (an edited history moves the rows after the
+// edit), any other row by its position.
 function refocus(list, focus) {
   if (!focus || focus.had.isConnected) return;
-  const li = list.querySelector(`:scope > [data-pos="${CSS.escape(focus.pos)}"]`);
+  const near = (n) => Math.abs(Number(n.dataset.pos) - Number(focus.pos));
+  const li = focus.call
+    ? [...list.children].filter((n) => n.dataset.toolCallId === focus.call)
+      .sort((a, b) => near(a) - near(b))[0]
+    : list.querySelector(`:scope > [data-pos="${CSS.escape(focus.pos)}"]`);
   if (!li) return;
   const same = focus.testid && li.querySelector(`[data-testid="${CSS.escape(focus.testid)}"]`);
   if (same) { same.focus(); return; }

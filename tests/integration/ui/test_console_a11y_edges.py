@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.replies import reply
+from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import ROOMY, Page
-from tests.integration.ui.test_console import inject, posted, sign_in, wait_for
+from tests.integration.ui.test_console import inject, posted, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,3 +88,35 @@ def test_a_message_of_short_lines_and_one_long_one_that_scrolls_is_a_tab_stop(
     body.wait_for()
     wait_for(lambda: body.evaluate("(b) => b.scrollHeight > b.clientHeight + 1"), page)
     assert body.evaluate("(b) => b.tabIndex") == 0
+
+
+def test_a_row_moved_down_by_an_edited_history_keeps_the_focus_on_its_own_button(
+    console: Page, console_proxy: ProxyServer, fake_upstream: FakeUpstream
+) -> None:
+    """The focus on a cut result's button, then the client sent its history again with a
+    message before it: every row after that one moved down one position, and the window was
+    read again and built again. The focus goes to the button of the same result, not to the
+    row now at the position it had (the call before it, with no such button)."""
+    fake_upstream.script(reply("ok"))
+    posted(console_proxy, "shifted", tool_round(1, 5000))
+    page = sign_in(console, "#/s/shifted")
+    listing = page.get_by_test_id("message-list")
+    button = listing.locator("[data-tool-call-id=call_1]").get_by_test_id("raw-page")
+    button.focus()
+    button.evaluate("(b) => { window.held = b; }")
+    fake_upstream.script(reply("ok again"))
+    history = [
+        {"role": "user", "content": "first"},
+        *tool_round(1, 5000),
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "go on"},
+    ]
+    posted(console_proxy, "shifted", history)
+    listing.get_by_text("ok again").wait_for()
+    wait_for(lambda: not page.evaluate("window.held.isConnected"), page)
+    held = page.evaluate(
+        "(() => { const a = document.activeElement;"
+        " const li = a.closest('[data-pos]');"
+        " return [a.dataset.testid || a.tagName, li && li.dataset.toolCallId]; })()"
+    )
+    assert held == ["raw-page", "call_1"], held
