@@ -201,7 +201,9 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   el("div", { class: "msg-head" }, el("span", { class: "role", text: row.role }),
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
-  el("pre", { class: "body", dir: "auto", text: body, tabindex: scrolls(body) }), ...calls);
+  // a folded row's text is clipped (app.css), not scrolled: no Tab stop moves it
+  el("pre", { class: "body", dir: "auto", text: body, tabindex: folded ? null : scrolls(body) }),
+  ...calls);
   // An evicted result folded since is summarised, not evicted (the API says so), and its
   // placeholder still names the raw output it pages back.
   const cleared = folded && contentText(m.content).startsWith("[context-cleared]");

@@ -120,3 +120,19 @@ def test_a_row_moved_down_by_an_edited_history_keeps_the_focus_on_its_own_button
         " return [a.dataset.testid || a.tagName, li && li.dataset.toolCallId]; })()"
     )
     assert held == ["raw-page", "call_1"], held
+
+
+def test_a_long_message_folded_into_the_summary_is_no_tab_stop(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """A folded row's text is clipped to two lines (overflow hidden): it does not scroll, so
+    a Tab stop on it moves nothing, and a compacted session had one per long folded row."""
+    page = sign_in(console)
+    stops = page.evaluate(
+        """() => import('/ui/static/render.js').then((m) => [true, false].map((folded) => {
+          const row = { pos: 3, role: "user", tokens: 9,
+            message: { role: "user", content: "a long line ".repeat(400) } };
+          return m.renderMessage(row, () => {}, folded).querySelector("pre.body").tabIndex;
+        }))"""
+    )
+    assert stops == [-1, 0], stops
