@@ -313,21 +313,26 @@ export function unwrapPage(page, offset) {
 }
 
 // Where the keyboard's focus is in the list: the focused element, its row's position, the
-// tool call its row answers and its data-testid (a raw output's button), or null when the
-// focus is elsewhere.
+// tool call its row answers, and which of the row's elements it is (its data-testid, a raw
+// output's button, else its tag and classes, a message's scrolling text, and the nth of
+// those), or null when the focus is elsewhere.
 function focused(list) {
   const had = document.activeElement;
   const li = had && had !== list && list.contains(had) ? had.closest("[data-pos]") : null;
-  return li ? { had, pos: li.dataset.pos, call: li.dataset.toolCallId, testid: had.dataset.testid }
-    : null;
+  if (!li) return null;
+  const like = had.dataset.testid ? `[data-testid="${CSS.escape(had.dataset.testid)}"]`
+    : had.localName + [...had.classList].map((c) => `.${CSS.escape(c)}`).join("");
+  return { had, pos: li.dataset.pos, call: li.dataset.toolCallId, like,
+    nth: [...li.querySelectorAll(like)].indexOf(had) };
 }
 
 // A live event rebuilt the row the focus was in (a raw output's button pressed from the
-// keyboard, then a compaction or a trim read the window again): the focus fell to the page's
-// body, and a keyboard started over at the top. It goes to the same control of that row
-// built again, or to the row itself when it has no such control. A tool result is found by
-// its call's id, the nearest to where it was (an edited history moves the rows after the
-// edit), any other row by its position.
+// keyboard, a long message scrolled with the arrow keys, then a compaction or a trim read the
+// window again): the focus fell to the page's body, and a keyboard started over at the top.
+// It goes to the same element of that row built again, or to the row itself when it has no
+// such element or that one takes no focus now. A tool result is found by its call's id, the
+// nearest to where it was (an edited history moves the rows after the edit), any other row
+// by its position.
 function refocus(list, focus) {
   if (!focus || focus.had.isConnected) return;
   const near = (n) => Math.abs(Number(n.dataset.pos) - Number(focus.pos));
@@ -336,8 +341,9 @@ function refocus(list, focus) {
       .sort((a, b) => near(a) - near(b))[0]
     : list.querySelector(`:scope > [data-pos="${CSS.escape(focus.pos)}"]`);
   if (!li) return;
-  const same = focus.testid && li.querySelector(`[data-testid="${CSS.escape(focus.testid)}"]`);
-  if (same) { same.focus(); return; }
+  const same = focus.nth < 0 ? null : li.querySelectorAll(focus.like)[focus.nth];
+  if (same) same.focus();
+  if (same && document.activeElement === same) return;
   li.tabIndex = -1;
   li.focus();
 }

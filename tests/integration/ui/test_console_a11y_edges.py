@@ -136,3 +136,25 @@ def test_a_long_message_folded_into_the_summary_is_no_tab_stop(
         }))"""
     )
     assert stops == [-1, 0], stops
+
+
+def test_a_long_message_scrolled_from_the_keyboard_keeps_the_focus_when_rebuilt(
+    console: Page, console_proxy: ProxyServer, db_dsn: str
+) -> None:
+    """The focus on a long message's text (a Tab stop, to scroll it with the arrow keys),
+    then a trim built every row again: the focus goes back to that text, not to its row,
+    where the arrow keys scroll the page instead."""
+    text = "\n".join(f"line {i}" for i in range(40))
+    posted(console_proxy, "scrolled", [{"role": "user", "content": text}])
+    page = sign_in(console, "#/s/scrolled")
+    body = page.locator("[data-testid=message][data-role=user] pre.body").first
+    body.wait_for()
+    body.focus()
+    assert body.evaluate("(b) => { window.held = b; return b === document.activeElement; }")
+    inject(db_dsn, "scrolled", "context.trimmed", {"reason": "test"})
+    wait_for(lambda: not page.evaluate("window.held.isConnected"), page)
+    held = page.evaluate(
+        "(() => { const a = document.activeElement;"
+        " return [a.localName, a.className, a.closest('[data-pos]').dataset.role]; })()"
+    )
+    assert held == ["pre", "body", "user"], held
