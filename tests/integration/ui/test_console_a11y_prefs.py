@@ -8,6 +8,7 @@ The ``console`` fixture checks that the page raised no error and asked no host b
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from typing import Any
 
 import pytest
@@ -86,11 +87,15 @@ def test_a_burst_of_a_hundred_events_is_a_few_announcements_and_says_the_last(
             )
         )
         events.append(("context.handoff_suggested", {"fraction": (i + 1) / 100}))
+    began = time.monotonic()
     burst(db_dsn, "chatty", events)
     page.get_by_test_id("status-line").filter(has_text="9,049 → 1,049 tokens").wait_for()
     page.get_by_test_id("toast").filter(has_text="(50% full)").wait_for()
     said, gaps = page.evaluate("[window.said, window.gaps]")
-    assert said < 30, said  # a few, not one for each event (nor for each frame it took)
+    # a few: each of the two regions at most once a second while the burst lasted (however
+    # long it took this machine), and its last; not one for each event, nor for each frame
+    took = time.monotonic() - began
+    assert said <= 2 * (took + 2), (said, took)
     assert min(gaps, default=1000) > 800, gaps  # one text a second at most, per region
 
 
