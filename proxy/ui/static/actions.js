@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { num } from "./render.js";
+import { say } from "./say.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -23,14 +24,14 @@ export async function act(view, action) {
     } else if (action === "reset") {
       await api.reset(view.id);
       view.messages.raw.clear(); // forgotten with it: the new rows may reuse a tool_call_id
-      status.textContent = "Session reset.";
+      say(status, "Session reset.");
       view.refresh(true);
     } else if (action === "compact") {
-      status.textContent = "Compacting…";
+      say(status, "Compacting…");
       const out = await api.compact(view.id);
-      status.textContent = out.compacted
+      say(status, out.compacted
         ? `Compacted: ${num(out.tokens_before)} → ${num(out.tokens_after)} tokens.`
-        : `Nothing to compact${out.reason ? `: ${out.reason}` : ""}.`;
+        : `Nothing to compact${out.reason ? `: ${out.reason}` : ""}.`);
       view.refresh(true);
     } else if (action === "delete") {
       await api.remove(view.id);
@@ -39,7 +40,7 @@ export async function act(view, action) {
       location.hash = "#/";
     }
   } catch (err) {
-    status.textContent = "";
+    say(status, "");
     view.ui.handleError(err, `Could not ${action} the session`);
   }
 }

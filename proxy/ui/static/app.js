@@ -5,6 +5,7 @@ import { api, ApiError, forgetKey, storedKey, storeKey } from "./api.js";
 import { el, ago, num } from "./render.js";
 import { SessionView } from "./session.js";
 import { forgetDrafts } from "./composer.js";
+import { say } from "./say.js";
 
 const $ = (id) => document.getElementById(id);
 let current = null; // the open SessionView
@@ -20,16 +21,17 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
       node.querySelector("span").textContent === text
     : node.dataset.key === key));
   if (shown) {
-    shown.querySelector("span").textContent = text;
+    say(shown.querySelector("span"), text); // a burst of updates is not said each
     shown.ms = ms;
     later(shown);
     return shown;
   }
   const node = el("div", { class: `toast toast-${kind}`, "data-testid": "toast",
     "data-kind": kind, "data-key": key, role: kind === "error" ? "alert" : "status" },
-  el("span", { text }),
+  el("span"),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
+  say(node.querySelector("span"), text); // its next words wait their turn (say.js)
   node.ms = ms;
   // held while the pointer is on it or the focus in it: it does not go from under a person
   // reading it, or from their keyboard's place on its close button
@@ -296,7 +298,35 @@ function unsendable(key) {
   return `the key holds a character no HTTP header carries (U+${point}); paste it again`;
 }
 
+// A toast that goes with the keyboard's focus in it (its close button pressed, the outage
+// it told of over) gave the focus up to the page's body: a keyboard started over at the top
+// and a screen reader said nothing. It goes back where it came from, or to the view's heading.
+function keepToastFocus() {
+  let from = null;
+  $("toasts").addEventListener("focusin", (e) => {
+    if (!$("toasts").contains(e.relatedTarget)) from = e.relatedTarget;
+  });
+  // left for another place, or for none (a click on the page's text) while the toast stays:
+  // the person moved the focus, and a toast going or coming later is no reason to move it
+  $("toasts").addEventListener("focusout", (e) => {
+    if (e.relatedTarget) {
+      if (!$("toasts").contains(e.relatedTarget)) from = null;
+    } else {
+      queueMicrotask(() => { if (e.target.isConnected) from = null; });
+    }
+  });
+  new MutationObserver(() => {
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (!lost || !from) return;
+    const back = from.isConnected && from.checkVisibility() ? from
+      : [$("session-title"), $("list-title"), $("login-key")].find((n) => n.checkVisibility());
+    from = null;
+    if (back) back.focus();
+  }).observe($("toasts"), { childList: true });
+}
+
 function boot() {
+  keepToastFocus();
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const key = $("login-key").value.trim();

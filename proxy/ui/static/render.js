@@ -188,8 +188,11 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   if (row.evicted) marks.push(el("span", { class: "mark", "data-mark": "evicted", text: "evicted" }));
   if (row.trimmed) marks.push(el("span", { class: "mark", "data-mark": "trimmed", text: "trimmed" }));
   if (row.redacted) marks.push(el("span", { class: "mark", "data-mark": "redacted", text: "redacted" }));
-  const calls = (m.tool_calls || []).map((c) => el("code", { class: "call",
-    text: `${c.function ? c.function.name : c.type}(${c.function ? c.function.arguments : ""})` }));
+  const calls = (m.tool_calls || []).map((c) => {
+    const text = `${c.function ? c.function.name : c.type}(${c.function ? c.function.arguments : ""})`;
+    return el("code", { class: "call", text, tabindex: scrolls(text) });
+  });
+  const body = contentText(m.content);
   const li = el("li", {
     class: `msg role-${row.role}${row.trimmed ? " gone" : ""}${folded ? " folded" : ""}`,
     "data-testid": "message", "data-pos": row.pos, "data-role": row.role,
@@ -198,7 +201,9 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
   el("div", { class: "msg-head" }, el("span", { class: "role", text: row.role }),
     row.tool_call_id ? el("code", { class: "hint", text: row.tool_call_id }) : null,
     ...marks, el("span", { class: "hint tokens", text: `${num(row.tokens)} tok` })),
-  el("pre", { class: "body", dir: "auto", text: contentText(m.content) }), ...calls);
+  // a folded row's text is clipped (app.css), not scrolled: no Tab stop moves it
+  el("pre", { class: "body", dir: "auto", text: body, tabindex: folded ? null : scrolls(body) }),
+  ...calls);
   // An evicted result folded since is summarised, not evicted (the API says so), and its
   // placeholder still names the raw output it pages back.
   const cleared = folded && contentText(m.content).startsWith("[context-cleared]");
@@ -216,6 +221,25 @@ export function renderMessage(row, onPage, folded = false, tool = "") {
     el("span", { class: "hint raw-status", "data-testid": "raw-status", role: "status" }));
   }
   return li;
+}
+
+// A box of text long enough to scroll in its max-height (app.css: about 15 lines) is a tab
+// stop ("0"), so a keyboard scrolls it too; a short one is none (null). Judged from the text:
+// a row out of sight is not laid out (content-visibility), so its height cannot be measured.
+// Each line counts the lines it wraps to at WRAP characters (fewer than the narrowest column
+// holds), so a long line among short ones counts for what it takes; counting stops at ROWS.
+const WRAP = 50;
+const ROWS = 12;
+export function scrolls(text) {
+  let rows = 0;
+  for (let at = 0; at <= text.length && rows <= ROWS; at++) {
+    const end = text.indexOf("\n", at);
+    const line = (end < 0 ? text.length : end) - at;
+    rows += Math.max(1, Math.ceil(line / WRAP));
+    if (end < 0) break;
+    at = end;
+  }
+  return rows > ROWS ? "0" : null;
 }
 
 // A reply still streaming (one per choice): its text so far, marked, replaced by the stored

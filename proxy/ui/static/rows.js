@@ -140,11 +140,13 @@ export class MessageRows {
   // Rows before the summary's boundary (the leading system rows aside) are folded into it:
   // a new boundary refolds the list, else only the rows not shown yet are added. Whatever
   // streams after the rows (the live reply) is the caller's to show again after.
+  // An item built again takes the focus the one it replaces had (refocus).
   render(boundary) {
     if (boundary !== this.boundary) this.shown = 0;
     this.boundary = boundary;
     const dirty = this.dirty;
     this.dirty = [];
+    const focus = focused(this.list);
     if (this.shown) {
       for (const at of dirty) this.list.children[at].replaceWith(this.item(this.rows[at]));
     }
@@ -152,6 +154,7 @@ export class MessageRows {
     if (this.shown === 0) this.list.replaceChildren(...fresh);
     else this.list.append(...fresh);
     this.shown = this.rows.length;
+    refocus(this.list, focus);
   }
 
   // A view left open on a working agent follows every row it adds: held past 2 * WINDOW
@@ -260,7 +263,8 @@ export class MessageRows {
     if (pre && added !== null) {
       pre.append(added);
     } else {
-      pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto" }));
+      pre = pre || li.appendChild(el("pre", { class: "raw", "data-testid": "raw-output", dir: "auto",
+        tabindex: "0" }));
       pre.textContent = shown.text;
     }
     // "Reading…" for the whole press, not each page's count: the status is a live region,
@@ -306,4 +310,40 @@ export function unwrapPage(page, offset) {
   if (!head) return { text: page, end: offset + page.length };
   const text = page.slice(head[0].length).replace(/\n\[\.\.\. more: read_tool_output\(.*\) \.\.\.\]$/, "");
   return { text, end: Number(head[2]) };
+}
+
+// Where the keyboard's focus is in the list: the focused element, its row's position, the
+// tool call its row answers, and which of the row's elements it is (its data-testid, a raw
+// output's button, else its tag and classes, a message's scrolling text, and the nth of
+// those), or null when the focus is elsewhere.
+function focused(list) {
+  const had = document.activeElement;
+  const li = had && had !== list && list.contains(had) ? had.closest("[data-pos]") : null;
+  if (!li) return null;
+  const like = had.dataset.testid ? `[data-testid="${CSS.escape(had.dataset.testid)}"]`
+    : had.localName + [...had.classList].map((c) => `.${CSS.escape(c)}`).join("");
+  return { had, pos: li.dataset.pos, call: li.dataset.toolCallId, like,
+    nth: [...li.querySelectorAll(like)].indexOf(had) };
+}
+
+// A live event rebuilt the row the focus was in (a raw output's button pressed from the
+// keyboard, a long message scrolled with the arrow keys, then a compaction or a trim read the
+// window again): the focus fell to the page's body, and a keyboard started over at the top.
+// It goes to the same element of that row built again, or to the row itself when it has no
+// such element or that one takes no focus now. A tool result is found by its call's id, the
+// nearest to where it was (an edited history moves the rows after the edit), any other row
+// by its position.
+function refocus(list, focus) {
+  if (!focus || focus.had.isConnected) return;
+  const near = (n) => Math.abs(Number(n.dataset.pos) - Number(focus.pos));
+  const li = focus.call
+    ? [...list.children].filter((n) => n.dataset.toolCallId === focus.call)
+      .sort((a, b) => near(a) - near(b))[0]
+    : list.querySelector(`:scope > [data-pos="${CSS.escape(focus.pos)}"]`);
+  if (!li) return;
+  const same = focus.nth < 0 ? null : li.querySelectorAll(focus.like)[focus.nth];
+  if (same) same.focus();
+  if (same && document.activeElement === same) return;
+  li.tabIndex = -1;
+  li.focus();
 }

@@ -11,6 +11,7 @@ import { handoffText, num, renderSummary, renderUsage } from "./render.js";
 import { Outage, passing } from "./outage.js";
 import { MessageRows, WINDOW } from "./rows.js";
 import { atEnd, toEnd } from "./scroll.js";
+import { say } from "./say.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -65,8 +66,9 @@ export class SessionView {
   open() {
     $("session-title").textContent = this.id;
     // nothing of the session shown before stays, whatever this one's load answers
-    for (const id of ["session-meta", "message-list", "assistant-message", "status-line",
+    for (const id of ["session-meta", "message-list", "assistant-message",
       "usage-text", "usage-bar", "usage-legend", "summary"]) $(id).replaceChildren();
+    say($("status-line"), ""); // and nothing a closed view said waits to be said
     $("usage-reclaimed").hidden = true;
     $("assistant-message").removeAttribute("aria-busy"); // a closed view's turn may still run
     $("load-earlier").hidden = true;
@@ -212,7 +214,7 @@ export class SessionView {
       if (err.status === 404) {
         if (this.session) { // deleted while shown: what the page showed of it goes too
           if (!this.composer.sending) $("assistant-message").textContent = "";
-          $("status-line").textContent = "";
+          say($("status-line"), "");
           this.memory.hide();
           if (this.handoff) this.handoff.remove();
         }
@@ -350,15 +352,15 @@ export class SessionView {
         this.refresh(true);
         break;
       case "context.compaction.started":
-        status.textContent = "Compacting the older messages…";
+        say(status, "Compacting the older messages…");
         break;
       case "context.compaction.completed":
-        status.textContent = "Compacted" + (data.tokens_after != null
-          ? `: ${num(data.tokens_before)} → ${num(data.tokens_after)} tokens.` : ".");
+        say(status, "Compacted" + (data.tokens_after != null
+          ? `: ${num(data.tokens_before)} → ${num(data.tokens_after)} tokens.` : "."));
         this.refresh(true);
         break;
       case "context.compaction.failed":
-        status.textContent = `Compaction failed${data.reason ? `: ${data.reason}` : ""}.`;
+        say(status, `Compaction failed${data.reason ? `: ${data.reason}` : ""}.`);
         break;
       case "context.handoff_suggested":
         this.handoff = this.ui.toast(handoffText(data), "handoff", 0, `handoff:${this.id}`);
