@@ -106,11 +106,13 @@ NPM_AUTH = (
 # response's dump or as a JSON entry (``"Cookie": "sid=…"``): to the line's end or its
 # string's closing quote, when it begins with a cookie's ``name=`` (``the cookie: a small
 # cake`` is prose, ``cookie: Cookie`` a type); a first value in double quotes
-# (``sid="…"``, as a cookie may be written) is read through them.
+# (``sid="…"``, as a cookie may be written) is read through them. Each part reads at most
+# 2,048 characters, so a match stays within ``REDACT_PAST`` (a head cut short of the text
+# reads that far past its cut: ``redaction.redact_head``).
 COOKIE = (
     r"(?i)(?:(?<![a-z0-9_\-])|(?<=set-))cookie(?:\\{0,3}[\"'])?[ \t]{0,3}:[ \t]{0,3}"
     r"(?:\\{0,3}[\"'])?" + NOT_REDACTED + r"(?P<secret>[^\s;=\"'\\]{1,256}="
-    r"(?:\"[^\r\n\"\\]{0,4096}\"(?=[;\s]|\Z))?[^\r\n\"'\\]{0,4096})"
+    r"(?:\"[^\r\n\"\\]{0,2048}\"(?=[;\s]|\Z))?[^\r\n\"'\\]{0,2048})"
 )
 
 # An Azure storage connection string's ``AccountKey=…;`` (its ``SharedAccessKey`` is the
