@@ -59,7 +59,7 @@ def briefing(files: str = "(none)", *, objective: str = "Fix the parser") -> str
     )
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "") -> Any:
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
     """Poll ``predicate`` until it returns something truthy (work the proxy does off-path)."""
     deadline = time.monotonic() + timeout
     while True:

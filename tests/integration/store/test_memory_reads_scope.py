@@ -1,13 +1,17 @@
 """Which facts a session's agent reads is one SQL spelling (``store.memory._reads_scope``),
-used by the prompt's read (``SESSION_FACTS``) and a deleted fact's search of the turns that
-show it (``SHOWING_TURNS``): each answers, for every scope and agent, what the rule each
-statement wrote out before answered, NULLs too."""
+used by a deleted fact's search of the turns that show it (``SHOWING_TURNS``), which answers
+for every scope and agent what the rule written out before answered, NULLs too; the prompt's
+read (``SESSION_FACTS``), which reads each scope as a range of its own, returns for every
+agent the facts of exactly the scopes the rule reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from proxy.store import memory
+from tests.integration.store.helpers import create_session
+
+TENANT = "reads-scope"  # a tenant of its own: no other test's sessions or facts
 
 SCOPES = ["global", "agent:a", "agent:b", "agent:default", "agent:", "Global", "session:s", None]
 AGENTS = ["a", "b", "default", "", "agent:a", "Default", None]
@@ -46,8 +50,25 @@ async def test_the_turns_searched_for_a_deleted_fact_are_those_searched_before(p
         assert [(r["agent"], r["now"]) for r in rows] == [(r["agent"], r["was"]) for r in rows]
 
 
-def test_the_rule_is_spelled_from_the_statements_own_names_alone() -> None:
-    """No value reaches the SQL text: both arguments are the statements' column and
-    parameter names, the scope and the agent compared as bound values."""
+def test_the_turns_search_spells_the_rule_from_its_own_names_alone() -> None:
+    """No value reaches the SQL text: both arguments are the statement's parameter and
+    column names, the scope and the agent compared as bound values."""
     assert memory._reads_scope("$2", "agent") in memory.SHOWING_TURNS
-    assert memory._reads_scope("m.scope", "s.agent") in memory.SESSION_FACTS
+
+
+async def test_a_sessions_facts_are_those_the_rule_reads(conn: Any) -> None:
+    """``SESSION_FACTS`` reads each of its two scopes as a range of its own (migration
+    0035's index), not through ``_reads_scope``: for every agent, a session's facts are
+    exactly those of the scopes the rule reads for it, oldest first."""
+    scopes = [s for s in SCOPES if s is not None]  # memory.scope is NOT NULL
+    agents = [a for a in AGENTS if a is not None]  # as sessions.agent is
+    for i, agent in enumerate(agents):
+        await create_session(conn, tenant=TENANT, session_id=f"s{i}", agent=agent, model=None)
+    for scope in scopes:
+        await conn.execute(
+            "INSERT INTO memory (tenant, scope, fact) VALUES ($1, $2, $3)", TENANT, scope, scope
+        )
+    rule = memory._reads_scope("$1", "$2")
+    for i, agent in enumerate(agents):
+        read = [s for s in scopes if await conn.fetchval(f"SELECT {rule}", s, agent)]
+        assert await memory.session_facts(conn, tenant=TENANT, session_id=f"s{i}") == read, agent
