@@ -226,9 +226,7 @@ class BoundedPool:
 def lend(executor: Executor) -> contextlib.AbstractAsyncContextManager[Connection]:
     """A connection of ``executor`` for a block (a transaction's): one the pool lends (a
     :class:`BoundedPool`'s waits as it does), or ``executor`` itself when it is one."""
-    if isinstance(executor, BoundedPool):
-        return executor.acquire()
-    if isinstance(executor, asyncpg.Pool):
+    if isinstance(executor, (BoundedPool, asyncpg.Pool)):
         return executor.acquire()
     return contextlib.nullcontext(executor)
 
