@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from proxy.store.db import DatabaseUnavailable, PoolerMismatch, connect, connection_lost
+from proxy.store.migration_sql import floor_in
 from proxy.store.shipped import shipped_earlier
 
 __all__ = [
@@ -93,11 +94,11 @@ Upgrading), each a floor at its own number; a later one that breaks older code s
 
 
 def floor_of(version: int, text: str) -> int | None:
-    """The oldest release (by its last migration) that still serves once this one ran."""
+    """The oldest release (by its last migration) that still serves once this one ran: the
+    floor its SQL sets as it runs (a ``COMMENT`` quoted in a comment sets none)."""
     if version in _BROKE_OLDER:
         return version
-    floor = FLOOR.search(text)
-    return int(floor[1]) if floor else None
+    return floor_in(text)
 
 
 MIGRATOR = "cascade-proxy migrations"
@@ -310,7 +311,8 @@ async def _apply_one(
                             "add a new migration instead of editing an old one"
                         )
                     return False
-                if beside is not None and (floor := floor_of(version, text)) is not None:
+                floor = floor_of(version, text)
+                if beside is not None and floor is not None:
                     await _refuse_beside_older(conn, name, floor, beside, pooled)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
@@ -318,7 +320,7 @@ async def _apply_one(
                 await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
                 # a floor never goes down: a migration breaking only releases before an older
                 # NNNN leaves the higher one a migration before it set, which still holds
-                held = await _floor(conn) if FLOOR.search(text) else None
+                held = await _floor(conn)
                 try:
                     await conn.execute(text)
                 except asyncpg.LockNotAvailableError:
@@ -329,7 +331,12 @@ async def _apply_one(
                     raise MigrationError(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"
                     ) from exc
-                if held is not None and (await _floor(conn) or 0) < held:
+                after = await _floor(conn)
+                if beside is not None and floor is None and after is not None and after != held:
+                    # a floor its text does not show (dynamic SQL): read from the ledger, the
+                    # check is the same, and raising here rolls the migration back
+                    await _refuse_beside_older(conn, name, after, beside, pooled)
+                if held is not None and (after or 0) < held:
                     said = f"'cascade: serves from {held:04d}'"
                     await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")
                 await conn.execute(

@@ -186,6 +186,31 @@ async def test_serve_stops_before_a_migration_that_raises_the_floor(
         await old_replica.close()
 
 
+async def test_a_floor_only_the_database_shows_stops_serve_too(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A migration that sets the floor by SQL it builds (which no reading of its text sees)
+    is read from the ledger once it ran: ``serve`` beside an unnamed client rolls it back and
+    refuses the same way, and the floor is not left set."""
+    (tmp_path / "0001_m1.sql").write_text("CREATE TABLE sessions (id text)")
+    await run_migrations(empty_db_dsn, tmp_path)
+    conn = await asyncpg.connect(empty_db_dsn)  # an old replica, unnamed
+    try:
+        await conn.execute("INSERT INTO sessions VALUES ('old')")
+        (tmp_path / "0002_m2.sql").write_text(
+            "CREATE TABLE b (y int);\nDO $$ BEGIN EXECUTE format('COMMENT ON TABLE"
+            " schema_migrations IS %L', 'cascade: serves from ' || '0002'); END $$;"
+        )
+        with pytest.raises(MigrationError, match=r"^migration 0002_m2\.sql breaks .*\(to 0001"):
+            await run_migrations(empty_db_dsn, tmp_path, serving=True)
+        assert await conn.fetchval("SELECT to_regclass('b')") is None
+        comment = "SELECT obj_description('schema_migrations'::regclass, 'pg_class')"
+        assert await conn.fetchval(comment) is None
+    finally:
+        await conn.close()
+    assert await run_migrations(empty_db_dsn, tmp_path, serving=True) == ["0002_m2.sql"]
+
+
 async def test_replicas_starting_together_apply_each_migration_once(empty_db_dsn: str) -> None:
     """Three starts at once on an empty database: the advisory lock serialises them, each
     migration is applied by exactly one (none stops before a breaking one: there are no

@@ -1,0 +1,76 @@
+"""A migration's SQL as PostgreSQL runs it when the migration is applied: comments dropped,
+the bodies of the functions it creates blanked (they run later, per call), a ``DO`` block's
+body and the literal statements it ``EXECUTE``s read as statements of their own.
+
+The runner reads the floor a migration sets from this text (:func:`floor_in`), so a ``--``
+comment that quotes the floor's ``COMMENT``, or a ``COMMENT`` commented out, sets none;
+``tests/unit/test_migration_floor.py`` looks in it for what breaks older code. Dynamic SQL
+that cannot be read this way (``EXECUTE format(...)``, a string built with ``||``, a ``DO``
+block quoted with ``'...'``) keeps its ``EXECUTE`` or ``DO`` in the text, for that test to
+flag unless the migration says it keeps older code working (:data:`KEEPS_OLDER`).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["KEEPS_OLDER", "floor_in", "keeps_older", "statements"]
+
+_TOKEN = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'|(\$(?:[A-Za-z_]\w*)?\$)(.*?)\1|;", re.S)
+_DEFERRED = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\b", re.I)
+_EXECUTE = re.compile(r"\bEXECUTE\s*$", re.I)
+_RUNS_ALONE = re.compile(r"\s*(?:;|USING\b|INTO\b|$)", re.I)
+"""What follows a string that ``EXECUTE`` runs as it is written: nothing added to it."""
+
+_SETS_FLOOR = re.compile(
+    r"\bCOMMENT\s+ON\s+TABLE\s+(?:\"?public\"?\.)?\"?schema_migrations\"?\s+IS\s+"
+    r"'cascade: serves from (\d{4})'",
+    re.I,
+)
+
+KEEPS_OLDER = re.compile(r"--[ \t]*cascade:[ \t]*keeps older code working:[ \t]*\S")
+"""The marker comment (``-- cascade: keeps older code working: <why>``) by which a migration
+says that what a reading of its SQL cannot judge keeps every older release working: dynamic
+SQL it cannot read, a ``SET NOT NULL``, a function replaced under its own name. It never
+excuses a drop, a rename or a column's new type, which need a floor."""
+
+
+def statements(text: str) -> str:
+    """``text`` as it runs now (module docstring): a string that ``EXECUTE`` runs as written
+    (``'...'`` or dollar-quoted) is unquoted and read in place of the ``EXECUTE``."""
+    out: list[str] = []
+    statement = 0  # where in ``out`` the statement being read begins
+    pos = 0
+    for token in _TOKEN.finditer(text):
+        out.append(text[pos : token.start()])
+        pos = token.end()
+        executed = bool(_EXECUTE.search(out[-1])) and bool(_RUNS_ALONE.match(text, pos))
+        if token[0] == ";":
+            out.append(";")
+            statement = len(out)
+        elif token[0].startswith(("--", "/*")):
+            out.append(" ")
+        elif _DEFERRED.match("".join(out[statement:])):
+            out.append("''")
+        elif executed:
+            out[-1] = _EXECUTE.sub(" ", out[-1])
+            body = token[2] if token[1] is not None else token[0][1:-1].replace("''", "'")
+            out.append(statements(body))
+        elif token[1] is not None:  # a DO block's body, or another dollar-quoted string
+            out.append(statements(token[2]))
+        else:
+            out.append(token[0])
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def floor_in(text: str) -> int | None:
+    """The floor a migration's ``COMMENT ON TABLE schema_migrations`` sets as it runs (the
+    highest, if it sets more than one), or None."""
+    found = [int(m[1]) for m in _SETS_FLOOR.finditer(statements(text))]
+    return max(found) if found else None
+
+
+def keeps_older(text: str) -> bool:
+    """Whether the migration carries the :data:`KEEPS_OLDER` marker."""
+    return bool(KEEPS_OLDER.search(text))
