@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
 __all__ = [
+    "APPLICATION_NAME",
     "create_pool",
     "DatabaseUnavailable",
     "DatabaseTimeout",
@@ -231,6 +232,12 @@ def lend(executor: Executor) -> contextlib.AbstractAsyncContextManager[Connectio
     return contextlib.nullcontext(executor)
 
 
+APPLICATION_NAME = "cascade-proxy"
+"""The ``application_name`` of Cascade's connections (a setting of their own, the runner's
+``cascade-proxy migrations``, begins with it): what tells a replica's connections in
+``pg_stat_activity`` from a ``psql``'s (README: Upgrading)."""
+
+
 async def connect(
     dsn: str | None = None, *args: Any, setting: str = "DATABASE_URL", **kwargs: Any
 ) -> asyncpg.Connection:
@@ -238,6 +245,9 @@ async def connect(
     where ``dsn`` came from. The pool opens its connections through it too, so a request
     that finds the database gone can be told so (a 503). ``dsn`` may be None, as the pool's
     connect callback allows: libpq's PG* defaults apply."""
+    if "application_name=" not in (dsn or ""):  # a name the URL gives is the operator's
+        settings = kwargs.get("server_settings") or {}
+        kwargs["server_settings"] = {"application_name": APPLICATION_NAME} | settings
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
     except (

@@ -2,8 +2,9 @@
 the bodies of the functions it creates blanked (they run later, per call), a ``DO`` block's
 body and the literal statements it ``EXECUTE``s read as statements of their own.
 
-The runner reads the floor a migration sets from this text (:func:`floor_in`), so a ``--``
-comment that quotes the floor's ``COMMENT``, or a ``COMMENT`` commented out, sets none;
+The runner reads the floor a migration sets (:func:`floor_of`: the releases it still serves)
+from this text, so a ``--`` comment that quotes the floor's ``COMMENT``, or a ``COMMENT``
+commented out, sets none;
 ``tests/unit/test_migration_floor.py`` looks in it for what breaks older code. Dynamic SQL
 that cannot be read this way (``EXECUTE format(...)``, a string built with ``||``, a ``DO``
 block quoted with ``'...'``) keeps its ``EXECUTE`` or ``DO`` in the text, for that test to
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KEEPS_OLDER", "floor_in", "keeps_older", "statements"]
+__all__ = ["FLOOR", "KEEPS_OLDER", "floor_in", "floor_of", "keeps_older", "statements"]
 
 _TOKEN = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'|(\$(?:[A-Za-z_]\w*)?\$)(.*?)\1|;", re.S)
 _DEFERRED = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\b", re.I)
@@ -74,3 +75,25 @@ def floor_in(text: str) -> int | None:
 def keeps_older(text: str) -> bool:
     """Whether the migration carries the :data:`KEEPS_OLDER` marker."""
     return bool(KEEPS_OLDER.search(text))
+
+
+FLOOR = re.compile(r"cascade: serves from (\d{4})")
+"""The ledger's comment a migration sets when releases before NNNN (their newest migration)
+cannot serve the schema it leaves (``COMMENT ON TABLE schema_migrations IS 'cascade: serves
+from 0040'``: a function dropped, a column an old write would leave wrong). Migrations are
+expand-only otherwise, so an older release beside a newer schema keeps working, and only the
+floor refuses it."""
+
+
+_BROKE_OLDER = frozenset({6, 15, 16, 18, 19, 20})
+"""Migrations that drop a function or a table the release before them calls (README:
+Upgrading), each a floor at its own number; a later one that breaks older code sets the floor
+(:data:`FLOOR`) in its text."""
+
+
+def floor_of(version: int, text: str) -> int | None:
+    """The oldest release (by its last migration) that still serves once this one ran: the
+    floor its SQL sets as it runs (a ``COMMENT`` quoted in a comment sets none)."""
+    if version in _BROKE_OLDER:
+        return version
+    return floor_in(text)
