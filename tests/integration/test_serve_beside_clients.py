@@ -3,6 +3,10 @@ code: the ones that may be a replica of the release that migrated it (README: Up
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import asyncpg
@@ -35,7 +39,7 @@ async def test_an_open_psql_does_not_stop_serve_but_an_unnamed_client_does(
     named none) or Cascade's name may be a replica of that release, and stops it, the
     refusal naming what it counted."""
     await _at_0019_with_a_session(empty_db_dsn, tmp_path)
-    psql = await asyncpg.connect(empty_db_dsn, server_settings={"application_name": "psql"})
+    psql = await _psql(empty_db_dsn)
     user = await psql.fetchval("SELECT current_user")
     try:
         for settings, counted in [
@@ -52,3 +56,36 @@ async def test_an_open_psql_does_not_stop_serve_but_an_unnamed_client_does(
         assert (await run_migrations(empty_db_dsn, serving=True))[0] == "0020_begin_step_v5.sql"
     finally:
         await psql.close()
+
+
+class _Psql:
+    """A ``psql`` session left open on the database (the binary, when installed: it names
+    its connection itself), and a connection of the test's own to read with."""
+
+    def __init__(self, proc: subprocess.Popen[bytes] | None, conn: asyncpg.Connection) -> None:
+        self.proc, self.conn = proc, conn
+
+    async def fetchval(self, sql: str) -> object:
+        return await self.conn.fetchval(sql)
+
+    async def close(self) -> None:
+        if self.proc is not None:
+            self.proc.communicate(b"\\q\n", timeout=10)
+        await self.conn.close()
+
+
+async def _psql(dsn: str) -> _Psql:
+    binary = shutil.which("psql")
+    if binary is None:  # a connection named as psql names it
+        named = {"application_name": "psql"}
+        return _Psql(None, await asyncpg.connect(dsn, server_settings=named))
+    env = {k: v for k, v in os.environ.items() if k != "PGAPPNAME"}
+    proc = subprocess.Popen([binary, "-X", "-q", "-w", dsn], stdin=subprocess.PIPE, env=env)
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "psql"})
+    seen = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'psql'"
+    deadline = asyncio.get_running_loop().time() + 20
+    while await conn.fetchval(seen) < 2:  # psql's own, beside this one
+        assert proc.poll() is None, "psql exited"
+        assert asyncio.get_running_loop().time() < deadline, "psql never connected"
+        await asyncio.sleep(0.05)
+    return _Psql(proc, conn)
