@@ -26,15 +26,20 @@ COLUMN`` or ``DROP`` alone, or its default), a name, a column's type (what older
 and writes). An index or a trigger dropped or renamed, a constraint or a NOT NULL dropped,
 breaks no statement of older code."""
 
+_DEFINED = r"(?:(?!\bDEFAULT\b|\bGENERATED\b)[^,;()]|\([^()]*\))"  # a column's words, no default
 _UNSURE = re.compile(
     r"\bALTER\s+TABLE\b[^;]*\bSET\s+NOT\s+NULL\b"
+    r"|\bADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?!(?:CONSTRAINT|PRIMARY|UNIQUE|CHECK|FOREIGN|EXCLUDE)\b)\"?\w+\"?\s"
+    rf"{_DEFINED}*?\bNOT\s+NULL\b{_DEFINED}*(?=[,;]|$)"
     r"|\bEXECUTE\b(?!\s+(?:FUNCTION|PROCEDURE)\b)|\bDO\s+(?:LANGUAGE\s+\w+\s+)?'",
     flags=re.I,
 )
-"""What a reading of the SQL cannot judge: a NOT NULL on a column older code may not write,
-dynamic SQL it cannot read (``statements`` leaves the ``EXECUTE`` of one, and a ``DO`` quoted
-with ``'...'``). With a function replaced under its name (:func:`_replaced`), it needs a
-floor or the migration's ``-- cascade: keeps older code working: <why>`` (README: Upgrading)."""
+"""What a reading of the SQL cannot judge: a NOT NULL on a column older code may not write
+(set, or a new column's with no default), dynamic SQL it cannot read (``statements`` leaves
+the ``EXECUTE`` of one, and a ``DO`` quoted with ``'...'``). With a function replaced under
+its name (:func:`_replaced`), it needs a floor or the migration's ``-- cascade: keeps older
+code working: <why>`` (README: Upgrading)."""
 
 _CREATED = re.compile(
     r"\bCREATE\s+(OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\s+(?:\w+\.)?\"?(\w+)\"?\s*\(", re.I
@@ -140,6 +145,7 @@ _MARKER = "-- cascade: keeps older code working: it writes the column as the new
     "sql",
     [
         "ALTER TABLE sessions ALTER COLUMN agent SET NOT NULL;",
+        "ALTER TABLE sessions ADD COLUMN x numeric(10, 2) NOT NULL, ADD y int;",
         "CREATE OR REPLACE FUNCTION cascade_window_v1(p int) RETURNS int LANGUAGE sql"
         " AS $$ SELECT 2 $$;",
         "DO $$ BEGIN EXECUTE format('DROP TABLE %I', 'memory'); END $$;",
@@ -165,6 +171,8 @@ def test_what_the_reading_cannot_judge_needs_a_floor_or_the_marker(sql: str) -> 
         "CREATE OR REPLACE FUNCTION cascade_window_v2(p int) RETURNS SETOF int LANGUAGE plpgsql"
         " AS $$ BEGIN RETURN QUERY EXECUTE format('SELECT %s', p); END $$;",
         "DO $$ BEGIN UPDATE t SET x = 1; END $$;",
+        "ALTER TABLE t ADD COLUMN x int NOT NULL DEFAULT 0, ADD y int DEFAULT 0 NOT NULL;",
+        "ALTER TABLE t ADD CONSTRAINT c CHECK (x IS NOT NULL);",
     ],
 )
 def test_what_the_reading_judges_needs_neither(sql: str) -> None:
