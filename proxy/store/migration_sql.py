@@ -1,6 +1,7 @@
 """A migration's SQL as PostgreSQL runs it when the migration is applied: comments dropped,
 the bodies of the functions it creates blanked (they run later, per call), a ``DO`` block's
-body and the literal statements it ``EXECUTE``s read as statements of their own.
+body and the literal statements it ``EXECUTE``s read as statements of their own; another
+dollar-quoted string (a value, ``SELECT $$...$$``) is no statement and is blanked.
 
 The runner reads the floor a migration sets (:func:`floor_of`: the releases it still serves)
 from this text, so a ``--`` comment that quotes the floor's ``COMMENT``, or a ``COMMENT``
@@ -17,7 +18,16 @@ import re
 
 __all__ = ["FLOOR", "KEEPS_OLDER", "floor_in", "floor_of", "keeps_older", "statements"]
 
-_TOKEN = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'|(\$(?:[A-Za-z_]\w*)?\$)(.*?)\1|;", re.S)
+_TOKEN = re.compile(
+    r"--[^\n]*|/\*.*?\*/|(?<![\w$])[Ee]'(?:[^'\\]|\\.|'')*'|'(?:[^']|'')*'"
+    r"|(?<![\w$])(\$(?:[A-Za-z_]\w*)?\$)(.*?)\1|;",
+    re.S,
+)
+"""A comment, a string (``E'...'`` ones read backslash escapes), a dollar-quoted string (its
+tag, its body) or a statement's end."""
+_E_ESCAPE = re.compile(r"\\(.)|''", re.S)
+_DO = re.compile(r"\s*DO\s+(?:LANGUAGE\s+\w+\s+)?$", re.I)
+"""A statement up to a ``DO`` block's body, which runs now (``DO $$ ... $$``)."""
 _DEFERRED = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\b", re.I)
 _EXECUTE = re.compile(r"\bEXECUTE\s*$", re.I)
 _RUNS_ALONE = re.compile(r"\s*(?:;|USING\b|INTO\b|$)", re.I)
@@ -25,7 +35,7 @@ _RUNS_ALONE = re.compile(r"\s*(?:;|USING\b|INTO\b|$)", re.I)
 
 _SETS_FLOOR = re.compile(
     r"\bCOMMENT\s+ON\s+TABLE\s+(?:\"?public\"?\.)?\"?schema_migrations\"?\s+IS\s+"
-    r"'cascade: serves from (\d{4})'",
+    r"(?-i:'cascade: serves from (\d{4})')",  # the comment's text as FLOOR reads it, exactly
     re.I,
 )
 
@@ -55,14 +65,23 @@ def statements(text: str) -> str:
             out.append("''")
         elif executed:
             out[-1] = _EXECUTE.sub(" ", out[-1])
-            body = token[2] if token[1] is not None else token[0][1:-1].replace("''", "'")
-            out.append(statements(body))
-        elif token[1] is not None:  # a DO block's body, or another dollar-quoted string
-            out.append(statements(token[2]))
+            out.append(statements(_unquoted(token)))
+        elif token[1] is not None:  # a DO block's body runs now; another string does not
+            ran = _DO.match("".join(out[statement:]))
+            out.append(statements(token[2]) if ran else "''")
         else:
             out.append(token[0])
     out.append(text[pos:])
     return "".join(out)
+
+
+def _unquoted(token: re.Match[str]) -> str:
+    """The text of a string token: a dollar-quoted one's body, a quoted one's unescaped."""
+    if token[1] is not None:
+        return token[2]
+    if token[0][0] in "Ee":
+        return _E_ESCAPE.sub(lambda m: "'" if m[1] is None else m[1], token[0][2:-1])
+    return token[0][1:-1].replace("''", "'")
 
 
 def floor_in(text: str) -> int | None:
@@ -73,8 +92,9 @@ def floor_in(text: str) -> int | None:
 
 
 def keeps_older(text: str) -> bool:
-    """Whether the migration carries the :data:`KEEPS_OLDER` marker."""
-    return bool(KEEPS_OLDER.search(text))
+    """Whether the migration carries the :data:`KEEPS_OLDER` marker: a ``--`` comment of its
+    own, not one quoted in a string or in a body it runs or creates."""
+    return any(KEEPS_OLDER.match(t[0]) for t in _TOKEN.finditer(text) if t[0].startswith("--"))
 
 
 FLOOR = re.compile(r"cascade: serves from (\d{4})")

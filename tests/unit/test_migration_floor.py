@@ -112,6 +112,10 @@ def test_a_migration_dropping_what_older_code_uses_has_a_floor() -> None:
         'ALTER TABLE sessions ADD COLUMN x int, ALTER "tokens" SET DATA TYPE bigint;',
         "DO $$ BEGIN EXECUTE 'ALTER TABLE t ALTER COLUMN x TYPE text'; END $$;",
         "DO $$ BEGIN EXECUTE $q$DROP TABLE memory$q$; END $$;",
+        "DO LANGUAGE plpgsql $$ BEGIN DROP TABLE memory; END $$;",
+        "DO $$ BEGIN DROP TABLE memory; END $$ LANGUAGE plpgsql;",
+        # a backslash-escaped quote ends no E'...' string: the statement after it is read
+        "UPDATE t SET note = E'it\\'s /* ';\nDROP TABLE memory;\nUPDATE t SET note = '*/';",
     ],
 )
 def test_what_breaks_older_code_is_found(sql: str) -> None:
@@ -131,6 +135,7 @@ def test_what_breaks_older_code_is_found(sql: str) -> None:
         "COMMENT ON TABLE sessions IS 'rows -- dropped';",
         "ALTER TABLE events ADD COLUMN type text;",
         "ALTER TABLE sessions ALTER COLUMN x SET DEFAULT 0;",
+        "INSERT INTO notes VALUES ($$DROP TABLE memory$$);",  # a string, not run
     ],
 )
 def test_what_older_code_never_uses_is_not_taken_for_a_break(sql: str) -> None:
@@ -179,6 +184,19 @@ def test_what_the_reading_judges_needs_neither(sql: str) -> None:
     assert not _unjudged(41, sql, _EXISTING), statements(sql)
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT '" + _MARKER.strip() + "';\n",
+        "COMMENT ON TABLE sessions IS $$" + _MARKER + "$$;\n",
+        "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ " + _MARKER + " SELECT 1 $$;\n",
+    ],
+)
+def test_the_marker_is_a_comment_of_the_migration_not_a_string(sql: str) -> None:
+    """A string or another function's body quoting the marker does not say it."""
+    assert _unjudged(41, sql + "ALTER TABLE sessions ALTER COLUMN a SET NOT NULL;", _EXISTING)
+
+
 def test_the_marker_does_not_excuse_a_break() -> None:
     assert _BREAKS.search(statements(_MARKER + "ALTER TABLE t ALTER x TYPE text;"))
 
@@ -202,6 +220,14 @@ _SAYS = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0028'"
         ("COMMENT ON TABLE t IS 'cascade: serves from 0028';", None),
         ("DO $$ BEGIN EXECUTE '" + _SAYS.replace("'", "''") + "'; END $$;", 28),
         (f"{_SAYS.replace('0028', '0027')};\n{_SAYS};", 28),
+        # PostgreSQL reads no keyword's case, but the ledger's reading (FLOOR, every release's
+        # own) reads the comment's text exactly: another case there is no floor
+        (f"{_SAYS.lower().replace('schema_migrations', 'SCHEMA_MIGRATIONS')};", 28),
+        (f"{_SAYS.replace('cascade:', 'Cascade:')};", None),
+        (f"SELECT E'it\\'s /* ';\n{_SAYS};\nSELECT '*/';", 28),
+        (f"SELECT $${_SAYS}$$;", None),  # a string, not run
+        (f"INSERT INTO notes VALUES ($q${_SAYS}$q$);", None),
+        (f"DO LANGUAGE plpgsql $$ BEGIN {_SAYS}; END $$;", 28),
     ],
 )
 def test_the_floor_is_what_the_migration_runs(sql: str, floor: int | None) -> None:
