@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPLICATION_NAME",
+    "named",
     "create_pool",
     "DatabaseUnavailable",
     "DatabaseTimeout",
@@ -238,6 +240,18 @@ APPLICATION_NAME = "cascade-proxy"
 ``pg_stat_activity`` from a ``psql``'s (README: Upgrading)."""
 
 
+def named(dsn: str | None, settings: dict[str, str] | None = None) -> dict[str, str]:
+    """``settings`` (a connection's ``server_settings``) with :data:`APPLICATION_NAME`, unless
+    they or the URL name the connection (``application_name``, or ``options``' ``-c``): the
+    operator's name is kept, as PostgreSQL would let ours override it."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
+    if "application_name" in query or any(
+        "application_name" in o for o in query.get("options", [])
+    ):
+        return settings or {}
+    return {"application_name": APPLICATION_NAME} | (settings or {})
+
+
 async def connect(
     dsn: str | None = None, *args: Any, setting: str = "DATABASE_URL", **kwargs: Any
 ) -> asyncpg.Connection:
@@ -245,9 +259,7 @@ async def connect(
     where ``dsn`` came from. The pool opens its connections through it too, so a request
     that finds the database gone can be told so (a 503). ``dsn`` may be None, as the pool's
     connect callback allows: libpq's PG* defaults apply."""
-    if "application_name=" not in (dsn or ""):  # a name the URL gives is the operator's
-        settings = kwargs.get("server_settings") or {}
-        kwargs["server_settings"] = {"application_name": APPLICATION_NAME} | settings
+    kwargs["server_settings"] = named(dsn, kwargs.get("server_settings"))
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
     except (

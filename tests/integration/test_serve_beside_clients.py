@@ -20,9 +20,11 @@ from tests.integration.test_migration_rollback import _at_0019_with_a_session
 async def test_cascade_names_its_connections(empty_db_dsn: str) -> None:
     """A replica's connections say they are Cascade's in ``pg_stat_activity``; a URL that
     names them keeps its name."""
+    sep = "&" if "?" in empty_db_dsn else "?"
     for dsn, name in [
         (empty_db_dsn, APPLICATION_NAME),
-        (empty_db_dsn + ("&" if "?" in empty_db_dsn else "?") + "application_name=blue", "blue"),
+        (empty_db_dsn + sep + "application_name=blue", "blue"),
+        (empty_db_dsn + sep + "options=-c%20application_name%3Dgreen", "green"),
     ]:
         conn = await connect(dsn)
         try:
