@@ -330,9 +330,9 @@ async def _apply_one(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"
                     ) from exc
                 after = await _floor(conn)
-                if beside is not None and floor is None and after is not None and after != held:
-                    # a floor its text does not show (dynamic SQL): read from the ledger, the
-                    # check is the same, and raising here rolls the migration back
+                if beside is not None and after is not None and after not in (held, floor):
+                    # a floor its text does not show (dynamic SQL, past one it shows): read
+                    # from the ledger, the check is the same, and raising rolls it back
                     await _refuse_beside_older(conn, name, after, beside, pooled)
                 if held is not None and (after or 0) < held:
                     said = f"'cascade: serves from {held:04d}'"

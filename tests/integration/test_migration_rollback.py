@@ -188,19 +188,23 @@ async def test_serve_stops_before_a_migration_that_raises_the_floor(
         await old_replica.close()
 
 
+@pytest.mark.parametrize(
+    "seen", ["", "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0001';\n"]
+)
 async def test_a_floor_only_the_database_shows_stops_serve_too(
-    empty_db_dsn: str, tmp_path: Path
+    empty_db_dsn: str, tmp_path: Path, seen: str
 ) -> None:
     """A migration that sets the floor by SQL it builds (which no reading of its text sees)
-    is read from the ledger once it ran: ``serve`` beside an unnamed client rolls it back and
-    refuses the same way, and the floor is not left set."""
+    is read from the ledger once it ran, whether or not its text sets a lower one: ``serve``
+    beside an unnamed client rolls it back and refuses the same way, and the floor is not
+    left set."""
     (tmp_path / "0001_m1.sql").write_text("CREATE TABLE sessions (id text)")
     await run_migrations(empty_db_dsn, tmp_path)
     conn = await asyncpg.connect(empty_db_dsn)  # an old replica, unnamed
     try:
         await conn.execute("INSERT INTO sessions VALUES ('old')")
         (tmp_path / "0002_m2.sql").write_text(
-            "CREATE TABLE b (y int);\nDO $$ BEGIN EXECUTE format('COMMENT ON TABLE"
+            seen + "CREATE TABLE b (y int);\nDO $$ BEGIN EXECUTE format('COMMENT ON TABLE"
             " schema_migrations IS %L', 'cascade: serves from ' || '0002'); END $$;"
         )
         with pytest.raises(MigrationError, match=r"^migration 0002_m2\.sql breaks .*\(to 0001"):
