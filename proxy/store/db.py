@@ -244,7 +244,10 @@ def named(dsn: str | None, settings: dict[str, str] | None = None) -> dict[str, 
     """``settings`` (a connection's ``server_settings``) with :data:`APPLICATION_NAME`, unless
     they or the URL name the connection (``application_name``, or ``options``' ``-c``): the
     operator's name is kept, as PostgreSQL would let ours override it."""
-    query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
+    try:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
+    except ValueError:  # a URL asyncpg refuses, in words of its own
+        query = {}
     if "application_name" in query or any(
         "application_name" in o for o in query.get("options", [])
     ):

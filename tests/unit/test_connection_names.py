@@ -46,6 +46,12 @@ async def test_a_connection_is_named_unless_its_url_names_it(
     assert seen == [{"application_name": APPLICATION_NAME} if named else {}]
 
 
+async def test_a_url_no_one_can_read_is_still_refused_in_one_line() -> None:
+    """Reading the URL for its name raises nothing of its own: the refusal names the URL."""
+    with pytest.raises(DatabaseUnavailable, match=r"^cannot connect to PostgreSQL at "):
+        await db.connect("postgresql://u@[::1/db")
+
+
 async def test_the_listener_is_named_as_the_pool_is(monkeypatch: pytest.MonkeyPatch) -> None:
     """The LISTEN connection (DATABASE_LISTEN_URL, or the pool's URL) is a replica's too."""
     seen: list[dict[str, Any]] = []
