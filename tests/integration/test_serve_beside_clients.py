@@ -12,6 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from proxy.app import create_app
+from proxy.settings import Settings
 from proxy.store.db import APPLICATION_NAME, connect
 from proxy.store.migrations import MigrationError, run_migrations
 from tests.integration.test_migration_rollback import _at_0019_with_a_session
@@ -31,6 +33,24 @@ async def test_cascade_names_its_connections(empty_db_dsn: str) -> None:
             assert await conn.fetchval("SHOW application_name") == name
         finally:
             await conn.close()
+
+
+async def test_every_connection_a_running_replica_holds_is_named(empty_db_dsn: str) -> None:
+    """The pool's and the listener's: a replica of this release never reads as unnamed, the
+    name a release before it left."""
+    app = create_app(Settings(database_url=empty_db_dsn, watch_config=False))
+    seen = (
+        "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname ="
+        " current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        " GROUP BY 1"
+    )
+    async with app.router.lifespan_context(app):
+        conn = await asyncpg.connect(empty_db_dsn, server_settings={"application_name": "t"})
+        try:
+            names = dict(await conn.fetch(seen))
+        finally:
+            await conn.close()
+    assert set(names) == {APPLICATION_NAME} and names[APPLICATION_NAME] >= 2, names
 
 
 async def test_an_open_psql_does_not_stop_serve_but_an_unnamed_client_does(
