@@ -81,7 +81,7 @@ from proxy.bus_payloads import (
 from proxy.cascade.types import TRANSIENT_EVENTS
 from proxy.services.lease_wakeups import LEASE_CHANNEL, LeaseWakeups
 from proxy.store import events as store
-from proxy.store.db import DatabaseUnavailable, redact_dsn
+from proxy.store.db import DatabaseUnavailable, named, redact_dsn
 from proxy.tasks import stop_task
 
 __all__ = ["EventBus", "BusEvent", "LAGGED", "RELISTENED", "SESSION_GONE", "listen_url"]
@@ -206,7 +206,7 @@ class EventBus:
     async def _supervise(self, connected: asyncio.Future[None]) -> None:
         while True:
             try:
-                self._listener = await asyncpg.connect(self._dsn)
+                self._listener = await asyncpg.connect(self._dsn, server_settings=named(self._dsn))
                 channels = {store.NOTIFY_CHANNEL: self._on_notify, LEASE_CHANNEL: self._on_lease}
                 await listen(
                     self._listener, channels, self._silent, PROBE_TIMEOUT, pooled=self.pooled

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
 __all__ = [
+    "APPLICATION_NAME",
+    "named",
     "create_pool",
     "DatabaseUnavailable",
     "DatabaseTimeout",
@@ -231,6 +234,27 @@ def lend(executor: Executor) -> contextlib.AbstractAsyncContextManager[Connectio
     return contextlib.nullcontext(executor)
 
 
+APPLICATION_NAME = "cascade-proxy"
+"""The ``application_name`` of Cascade's connections (a setting of their own, the runner's
+``cascade-proxy migrations``, begins with it): what tells a replica's connections in
+``pg_stat_activity`` from a ``psql``'s (README: Upgrading)."""
+
+
+def named(dsn: str | None, settings: dict[str, str] | None = None) -> dict[str, str]:
+    """``settings`` (a connection's ``server_settings``) with :data:`APPLICATION_NAME`, unless
+    they or the URL name the connection (``application_name``, or ``options``' ``-c``): the
+    operator's name is kept, as PostgreSQL would let ours override it."""
+    try:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
+    except ValueError:  # a URL asyncpg refuses, in words of its own
+        query = {}
+    if "application_name" in query or any(
+        "application_name" in o for o in query.get("options", [])
+    ):
+        return settings or {}
+    return {"application_name": APPLICATION_NAME} | (settings or {})
+
+
 async def connect(
     dsn: str | None = None, *args: Any, setting: str = "DATABASE_URL", **kwargs: Any
 ) -> asyncpg.Connection:
@@ -238,6 +262,7 @@ async def connect(
     where ``dsn`` came from. The pool opens its connections through it too, so a request
     that finds the database gone can be told so (a 503). ``dsn`` may be None, as the pool's
     connect callback allows: libpq's PG* defaults apply."""
+    kwargs["server_settings"] = named(dsn, kwargs.get("server_settings"))
     try:
         return await asyncpg.connect(dsn, *args, **kwargs)
     except (

@@ -17,14 +17,20 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from proxy.store.db import DatabaseUnavailable, PoolerMismatch, connect, connection_lost
+from proxy.store.db import (
+    APPLICATION_NAME,
+    DatabaseUnavailable,
+    PoolerMismatch,
+    connect,
+    connection_lost,
+)
+from proxy.store.migration_sql import FLOOR, floor_of
 from proxy.store.shipped import shipped_earlier
 
 __all__ = [
@@ -78,40 +84,33 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-FLOOR = re.compile(r"cascade: serves from (\d{4})")
-"""The ledger's comment a migration sets when releases before NNNN (their newest migration)
-cannot serve the schema it leaves (``COMMENT ON TABLE schema_migrations IS 'cascade: serves
-from 0040'``: a function dropped, a column an old write would leave wrong). Migrations are
-expand-only otherwise, so an older release beside a newer schema keeps working, and only the
-floor refuses it."""
-
-
-_BROKE_OLDER = frozenset({6, 15, 16, 18, 19, 20})
-"""Migrations that drop a function or a table the release before them calls (README:
-Upgrading), each a floor at its own number; a later one that breaks older code sets the floor
-(:data:`FLOOR`) in its text."""
-
-
-def floor_of(version: int, text: str) -> int | None:
-    """The oldest release (by its last migration) that still serves once this one ran."""
-    if version in _BROKE_OLDER:
-        return version
-    floor = FLOOR.search(text)
-    return int(floor[1]) if floor else None
-
-
 MIGRATOR = "cascade-proxy migrations"
 """The ``application_name`` of the runner's connection: a replica starting beside this one,
 waiting for its turn, is no replica serving."""
 
 _OTHERS = """
-SELECT count(*) FROM pg_stat_activity
+SELECT application_name, usename FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND usesysid IS NOT NULL
   AND coalesce(backend_type, 'client backend') = 'client backend'
   AND application_name IS DISTINCT FROM $1
+  AND (coalesce(application_name, '') = '' OR application_name LIKE $2 || '%')
+ORDER BY application_name, usename
 """
-"""Other clients of this database (another role's backend type reads as null): a running
-replica holds its pool's connections and its listener's."""
+"""Other clients of this database that may be a replica serving it (another role's backend
+type reads as null): a running replica holds its pool's connections and its listener's, named
+:data:`~proxy.store.db.APPLICATION_NAME` (or a name beginning with it), or unnamed in a
+release before it named them. A client naming itself otherwise (``psql``, pgAdmin, a
+monitoring agent) serves no chat and is no reason to stop."""
+
+
+def _seen(others: list[asyncpg.Record]) -> str:
+    """The clients :data:`_OTHERS` counts, for the refusal: how many, by name and role."""
+    names: dict[str, int] = {}
+    for row in others:
+        name = f"{row['application_name'] or 'unnamed'} as {row['usename']}"
+        names[name] = names.get(name, 0) + 1
+    said = ", ".join(f"{n} {name}" for name, n in names.items())
+    return f"{len(others)} other connection{'s' if len(others) > 1 else ''} to it: {said}"
 
 
 async def _refuse_beside_older(
@@ -134,8 +133,8 @@ async def _refuse_beside_older(
         return
     if pooled:  # an idle client of a transaction pooler holds no server connection
         seen = "behind a transaction pooler, which hides them"
-    elif others := await conn.fetchval(_OTHERS, MIGRATOR):
-        seen = f"{others} other connection{'s' if others > 1 else ''} to it"
+    elif others := await conn.fetch(_OTHERS, MIGRATOR, APPLICATION_NAME):
+        seen = _seen(others)
     else:
         return
     raise MigrationError(
@@ -310,7 +309,8 @@ async def _apply_one(
                             "add a new migration instead of editing an old one"
                         )
                     return False
-                if beside is not None and (floor := floor_of(version, text)) is not None:
+                floor = floor_of(version, text)
+                if beside is not None and floor is not None:
                     await _refuse_beside_older(conn, name, floor, beside, pooled)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
@@ -318,7 +318,7 @@ async def _apply_one(
                 await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
                 # a floor never goes down: a migration breaking only releases before an older
                 # NNNN leaves the higher one a migration before it set, which still holds
-                held = await _floor(conn) if FLOOR.search(text) else None
+                held = await _floor(conn)
                 try:
                     await conn.execute(text)
                 except asyncpg.LockNotAvailableError:
@@ -329,7 +329,12 @@ async def _apply_one(
                     raise MigrationError(
                         f"migration {name} failed: {type(exc).__name__}: {exc}"
                     ) from exc
-                if held is not None and (await _floor(conn) or 0) < held:
+                after = await _floor(conn)
+                if beside is not None and after is not None and after not in (held, floor):
+                    # a floor its text does not show (dynamic SQL, past one it shows): read
+                    # from the ledger, the check is the same, and raising rolls it back
+                    await _refuse_beside_older(conn, name, after, beside, pooled)
+                if held is not None and (after or 0) < held:
                     said = f"'cascade: serves from {held:04d}'"
                     await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")
                 await conn.execute(

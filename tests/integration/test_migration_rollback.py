@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -131,11 +132,12 @@ async def test_serve_stops_before_a_migration_breaking_the_release_that_serves_t
                 pytest.fail("serve was to refuse")
     finally:
         await old_replica.close()
-    assert str(refused.value).startswith(
-        "migration 0020_begin_step_v5.sql breaks the release that migrated this database"
-        " (to 0019_append_v1.sql), whose replicas may still serve its sessions (1 other"
-        " connection to it), so serve does not apply it: stop every replica of that release,"
-        " run `cascade-proxy migrate`"
+    assert re.match(
+        r"migration 0020_begin_step_v5\.sql breaks the release that migrated this database"
+        r" \(to 0019_append_v1\.sql\), whose replicas may still serve its sessions \(1 other"
+        r" connection to it: 1 unnamed as \w+\), so serve does not apply it: stop every"
+        r" replica of that release, run `cascade-proxy migrate`",
+        str(refused.value),
     ), refused.value
     assert await run_migrations(empty_db_dsn, tmp_path) == []  # still at 0019
     assert (await run_migrations(empty_db_dsn))[0] == "0020_begin_step_v5.sql"
@@ -184,6 +186,35 @@ async def test_serve_stops_before_a_migration_that_raises_the_floor(
         assert await run_migrations(empty_db_dsn, tree, serving=True) == ["0004_m4.sql"]
     finally:
         await old_replica.close()
+
+
+@pytest.mark.parametrize(
+    "seen", ["", "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0001';\n"]
+)
+async def test_a_floor_only_the_database_shows_stops_serve_too(
+    empty_db_dsn: str, tmp_path: Path, seen: str
+) -> None:
+    """A migration that sets the floor by SQL it builds (which no reading of its text sees)
+    is read from the ledger once it ran, whether or not its text sets a lower one: ``serve``
+    beside an unnamed client rolls it back and refuses the same way, and the floor is not
+    left set."""
+    (tmp_path / "0001_m1.sql").write_text("CREATE TABLE sessions (id text)")
+    await run_migrations(empty_db_dsn, tmp_path)
+    conn = await asyncpg.connect(empty_db_dsn)  # an old replica, unnamed
+    try:
+        await conn.execute("INSERT INTO sessions VALUES ('old')")
+        (tmp_path / "0002_m2.sql").write_text(
+            seen + "CREATE TABLE b (y int);\nDO $$ BEGIN EXECUTE format('COMMENT ON TABLE"
+            " schema_migrations IS %L', 'cascade: serves from ' || '0002'); END $$;"
+        )
+        with pytest.raises(MigrationError, match=r"^migration 0002_m2\.sql breaks .*\(to 0001"):
+            await run_migrations(empty_db_dsn, tmp_path, serving=True)
+        assert await conn.fetchval("SELECT to_regclass('b')") is None
+        comment = "SELECT obj_description('schema_migrations'::regclass, 'pg_class')"
+        assert await conn.fetchval(comment) is None
+    finally:
+        await conn.close()
+    assert await run_migrations(empty_db_dsn, tmp_path, serving=True) == ["0002_m2.sql"]
 
 
 async def test_replicas_starting_together_apply_each_migration_once(empty_db_dsn: str) -> None:

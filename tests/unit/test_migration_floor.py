@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from proxy.store.migration_sql import keeps_older, statements
 from proxy.store.migrations import MIGRATIONS_DIR, floor_of
 
 _OBJECT = (
@@ -16,51 +17,74 @@ _OBJECT = (
 _BREAKS = re.compile(
     rf"\bDROP\s+{_OBJECT}\b"
     r"|\bALTER\s+TABLE\b[^;]*\bDROP\b(?!\s+(?:CONSTRAINT|NOT\s+NULL)\b)"
-    rf"|\bALTER\s+{_OBJECT}\b[^;]*\bRENAME\b",
+    rf"|\bALTER\s+{_OBJECT}\b[^;]*\bRENAME\b"
+    r"|\bALTER\s+TABLE\b[^;]*\bALTER\s+(?:COLUMN\s+)?\"?\w+\"?\s+(?:SET\s+DATA\s+)?TYPE\b",
     flags=re.I,
 )
 """What a release before the migration may still use: a function, a table, a column (``DROP
-COLUMN`` or ``DROP`` alone, or its default), a name. An index or a trigger dropped or renamed,
-a constraint or a NOT NULL dropped, breaks no statement of older code."""
+COLUMN`` or ``DROP`` alone, or its default), a name, a column's type (what older code reads
+and writes). An index or a trigger dropped or renamed, a constraint or a NOT NULL dropped,
+breaks no statement of older code."""
 
-_TOKEN = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'|(\$(?:[A-Za-z_]\w*)?\$)(.*?)\1|;", re.S)
-_DEFERRED = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\b", re.I)
+_DEFINED = r"(?:(?!\bDEFAULT\b|\bGENERATED\b)[^,;()]|\([^()]*\))"  # a column's words, no default
+_UNSURE = re.compile(
+    r"\bALTER\s+TABLE\b[^;]*\bSET\s+NOT\s+NULL\b"
+    r"|\bADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?!(?:CONSTRAINT|PRIMARY|UNIQUE|CHECK|FOREIGN|EXCLUDE)\b)\"?\w+\"?\s"
+    rf"{_DEFINED}*?\bNOT\s+NULL\b{_DEFINED}*(?=[,;]|$)"
+    r"|\bEXECUTE\b(?!\s+(?:FUNCTION|PROCEDURE)\b)|\bDO\s+(?:LANGUAGE\s+\w+\s+)?'",
+    flags=re.I,
+)
+"""What a reading of the SQL cannot judge: a NOT NULL on a column older code may not write
+(set, or a new column's with no default), dynamic SQL it cannot read (``statements`` leaves
+the ``EXECUTE`` of one, and a ``DO`` quoted with ``'...'``). With a function replaced under
+its name (:func:`_replaced`), it needs a floor or the migration's ``-- cascade: keeps older
+code working: <why>`` (README: Upgrading)."""
+
+_CREATED = re.compile(
+    r"\bCREATE\s+(OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE)\s+(?:\w+\.)?\"?(\w+)\"?\s*\(", re.I
+)
+
+_REVIEWED = {
+    22: "cascade_begin_step_v6 keeps its signature and result; 0021's callers queue for it",
+    23: "cascade_lease_for_update_v1 only adds the notification to what it did",
+    24: "cascade_window_v1 is replaced with the body it has (shipped.py: 0019)",
+}
+"""Shipped migrations from 0020 on (0020 breaks every release before it) that the reading
+flags and that keep older code working, each with why: they cannot carry the marker now."""
 
 
-def _statements(text: str) -> str:
-    """The SQL as run now: comments dropped, and the bodies of the functions it creates (run
-    later, per call, whether quoted with ``$$``, a tagged ``$fn$`` or ``'...'``); a ``DO``
-    block's body runs now and is kept, read the same way."""
-    out: list[str] = []
-    statement = 0  # where in ``out`` the statement being read begins
-    pos = 0
-    for token in _TOKEN.finditer(text):
-        out.append(text[pos : token.start()])
-        pos = token.end()
-        if token[0] == ";":
-            out.append(";")
-            statement = len(out)
-        elif token[0].startswith(("--", "/*")):
-            out.append(" ")
-        elif _DEFERRED.match("".join(out[statement:])):
-            out.append("''")
-        elif token[1] is not None:  # a DO block's body, or another dollar-quoted string
-            out.append(_statements(token[2]))
-        else:
-            out.append(token[0])
-    out.append(text[pos:])
-    return "".join(out)
+def _replaced(text: str, earlier: set[str]) -> list[str]:
+    """The functions ``text`` replaces that a migration before it created: older code calls
+    them by name, whatever the new body means (PostgreSQL refuses another result type under
+    ``CREATE OR REPLACE``, so only the meaning can change, which no reading sees)."""
+    return sorted({m[2].lower() for m in _CREATED.finditer(statements(text)) if m[1]} & earlier)
+
+
+def _unjudged(version: int, text: str, earlier: set[str]) -> bool:
+    """Whether the migration does what the reading cannot judge, unsaid by floor or marker."""
+    unsure = bool(_UNSURE.search(statements(text))) or bool(_replaced(text, earlier))
+    return unsure and floor_of(version, text) is None and not keeps_older(text)
 
 
 def test_a_migration_dropping_what_older_code_uses_has_a_floor() -> None:
-    unmarked = []
+    unmarked, unjudged = [], []
+    earlier: set[str] = set()
     for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")):
-        text = path.read_text(encoding="utf-8")
-        if _BREAKS.search(_statements(text)) and floor_of(int(path.name[:4]), text) is None:
+        text, version = path.read_text(encoding="utf-8"), int(path.name[:4])
+        if _BREAKS.search(statements(text)) and floor_of(version, text) is None:
             unmarked.append(path.name)
+        if version >= 20 and version not in _REVIEWED and _unjudged(version, text, earlier):
+            unjudged.append(path.name)
+        earlier |= {m[2].lower() for m in _CREATED.finditer(statements(text))}
     assert not unmarked, (
         f"{unmarked} drop or rename what an older release may use: set the floor in the"
         " migration (COMMENT ON TABLE schema_migrations IS 'cascade: serves from NNNN')"
+    )
+    assert not unjudged, (
+        f"{unjudged} replace a function older code calls, set a NOT NULL or run dynamic SQL:"
+        " set the floor, or say why older code keeps working"
+        " (-- cascade: keeps older code working: <why>)"
     )
 
 
@@ -84,10 +108,18 @@ def test_a_migration_dropping_what_older_code_uses_has_a_floor() -> None:
         "CREATE FUNCTION g() RETURNS int LANGUAGE sql AS $$ SELECT 2 $$;",
         "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1';\nDROP TABLE memory;\n"
         "CREATE FUNCTION g() RETURNS int LANGUAGE sql AS $$ SELECT 2 $$;",
+        "ALTER TABLE sessions ALTER COLUMN tokens TYPE bigint;",
+        'ALTER TABLE sessions ADD COLUMN x int, ALTER "tokens" SET DATA TYPE bigint;',
+        "DO $$ BEGIN EXECUTE 'ALTER TABLE t ALTER COLUMN x TYPE text'; END $$;",
+        "DO $$ BEGIN EXECUTE $q$DROP TABLE memory$q$; END $$;",
+        "DO LANGUAGE plpgsql $$ BEGIN DROP TABLE memory; END $$;",
+        "DO $$ BEGIN DROP TABLE memory; END $$ LANGUAGE plpgsql;",
+        # a backslash-escaped quote ends no E'...' string: the statement after it is read
+        "UPDATE t SET note = E'it\\'s /* ';\nDROP TABLE memory;\nUPDATE t SET note = '*/';",
     ],
 )
 def test_what_breaks_older_code_is_found(sql: str) -> None:
-    assert _BREAKS.search(_statements(sql)), _statements(sql)
+    assert _BREAKS.search(statements(sql)), statements(sql)
 
 
 @pytest.mark.parametrize(
@@ -101,13 +133,104 @@ def test_what_breaks_older_code_is_found(sql: str) -> None:
         "CREATE OR REPLACE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $body$\n"
         "BEGIN EXECUTE 'DROP TABLE t'; END $body$;",
         "COMMENT ON TABLE sessions IS 'rows -- dropped';",
+        "ALTER TABLE events ADD COLUMN type text;",
+        "ALTER TABLE sessions ALTER COLUMN x SET DEFAULT 0;",
+        "INSERT INTO notes VALUES ($$DROP TABLE memory$$);",  # a string, not run
     ],
 )
 def test_what_older_code_never_uses_is_not_taken_for_a_break(sql: str) -> None:
-    assert not _BREAKS.search(_statements(sql)), _statements(sql)
+    assert not _BREAKS.search(statements(sql)), statements(sql)
+
+
+_EXISTING = {"cascade_window_v1"}
+_MARKER = "-- cascade: keeps older code working: it writes the column as the new code does\n"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE sessions ALTER COLUMN agent SET NOT NULL;",
+        "ALTER TABLE sessions ADD COLUMN x numeric(10, 2) NOT NULL, ADD y int;",
+        "CREATE OR REPLACE FUNCTION cascade_window_v1(p int) RETURNS int LANGUAGE sql"
+        " AS $$ SELECT 2 $$;",
+        "DO $$ BEGIN EXECUTE format('DROP TABLE %I', 'memory'); END $$;",
+        "DO $$ BEGIN EXECUTE 'DROP ' || 'TABLE memory'; END $$;",
+        "DO $$ DECLARE q text := 'x'; BEGIN EXECUTE q; END $$;",
+        "DO LANGUAGE plpgsql 'BEGIN PERFORM 1; END';",
+        "EXECUTE drop_it;",
+    ],
+)
+def test_what_the_reading_cannot_judge_needs_a_floor_or_the_marker(sql: str) -> None:
+    assert _unjudged(41, sql, _EXISTING), statements(sql)
+    assert not _unjudged(41, _MARKER + sql, _EXISTING)
+    floor = "\nCOMMENT ON TABLE schema_migrations IS 'cascade: serves from 0041';"
+    assert not _unjudged(41, sql + floor, _EXISTING)
+    assert _unjudged(41, f"-- cascade: keeps older code working:\n{sql}", _EXISTING)  # no why
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TRIGGER t AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION f();",
+        "DO $$ BEGIN EXECUTE 'CREATE INDEX i ON t (x)'; END $$;",
+        "CREATE OR REPLACE FUNCTION cascade_window_v2(p int) RETURNS SETOF int LANGUAGE plpgsql"
+        " AS $$ BEGIN RETURN QUERY EXECUTE format('SELECT %s', p); END $$;",
+        "DO $$ BEGIN UPDATE t SET x = 1; END $$;",
+        "ALTER TABLE t ADD COLUMN x int NOT NULL DEFAULT 0, ADD y int DEFAULT 0 NOT NULL;",
+        "ALTER TABLE t ADD CONSTRAINT c CHECK (x IS NOT NULL);",
+    ],
+)
+def test_what_the_reading_judges_needs_neither(sql: str) -> None:
+    assert not _unjudged(41, sql, _EXISTING), statements(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT '" + _MARKER.strip() + "';\n",
+        "COMMENT ON TABLE sessions IS $$" + _MARKER + "$$;\n",
+        "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ " + _MARKER + " SELECT 1 $$;\n",
+    ],
+)
+def test_the_marker_is_a_comment_of_the_migration_not_a_string(sql: str) -> None:
+    """A string or another function's body quoting the marker does not say it."""
+    assert _unjudged(41, sql + "ALTER TABLE sessions ALTER COLUMN a SET NOT NULL;", _EXISTING)
+
+
+def test_the_marker_does_not_excuse_a_break() -> None:
+    assert _BREAKS.search(statements(_MARKER + "ALTER TABLE t ALTER x TYPE text;"))
 
 
 def test_the_floor_is_read_from_the_comment_and_the_historical_drops() -> None:
     assert floor_of(40, "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0028';") == 28
     assert floor_of(20, "DROP FUNCTION f();") == 20
     assert floor_of(41, "CREATE TABLE t (x int);") is None
+
+
+_SAYS = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0028'"
+
+
+@pytest.mark.parametrize(
+    ("sql", "floor"),
+    [
+        (f"-- unlike {_SAYS}, this keeps older code working\n", None),
+        (f"-- {_SAYS};\n", None),
+        (f"/* {_SAYS}; */", None),
+        (f"CREATE FUNCTION f() RETURNS void LANGUAGE sql AS $$ {_SAYS} $$;", None),
+        ("COMMENT ON TABLE t IS 'cascade: serves from 0028';", None),
+        ("DO $$ BEGIN EXECUTE '" + _SAYS.replace("'", "''") + "'; END $$;", 28),
+        (f"{_SAYS.replace('0028', '0027')};\n{_SAYS};", 28),
+        # PostgreSQL reads no keyword's case, but the ledger's reading (FLOOR, every release's
+        # own) reads the comment's text exactly: another case there is no floor
+        (f"{_SAYS.lower().replace('schema_migrations', 'SCHEMA_MIGRATIONS')};", 28),
+        (f"{_SAYS.replace('cascade:', 'Cascade:')};", None),
+        (f"SELECT E'it\\'s /* ';\n{_SAYS};\nSELECT '*/';", 28),
+        (f"SELECT $${_SAYS}$$;", None),  # a string, not run
+        (f"INSERT INTO notes VALUES ($q${_SAYS}$q$);", None),
+        (f"DO LANGUAGE plpgsql $$ BEGIN {_SAYS}; END $$;", 28),
+    ],
+)
+def test_the_floor_is_what_the_migration_runs(sql: str, floor: int | None) -> None:
+    """A ``COMMENT`` quoted in a comment, commented out, or in a function's body sets no
+    floor; one a ``DO`` block executes does."""
+    assert floor_of(41, "CREATE TABLE t (x int);\n" + sql) == floor

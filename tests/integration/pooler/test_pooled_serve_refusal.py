@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from proxy.store.db import pooler_kwargs
+from proxy.store.db import APPLICATION_NAME, connect, pooler_kwargs
 from proxy.store.migrations import MIGRATIONS_DIR, MigrationError, run_migrations
 from tests.integration.conftest import execute
 from tests.integration.pooler.pgbouncer import PgBouncer
@@ -53,3 +53,20 @@ async def test_a_pooled_release_below_the_floor_refuses(
     (tmp_path / "0002_b.sql").unlink()
     with pytest.raises(MigrationError, match="with migration 0002 or later"):
         await run_migrations(pooled, tmp_path, serving=True, **kwargs)
+
+
+async def test_the_pooler_passes_cascade_s_name_to_the_server(
+    empty_db_dsn: str, pgbouncer: PgBouncer
+) -> None:
+    """PgBouncer hands the client's ``application_name`` to the server connection it lends:
+    a replica behind it reads as Cascade's in ``pg_stat_activity`` while it holds one."""
+    conn = await connect(pgbouncer.pooled(empty_db_dsn), **pooler_kwargs("transaction"))
+    try:
+        async with conn.transaction():
+            assert await conn.fetchval("SHOW application_name") == APPLICATION_NAME
+            assert await conn.fetchval(_NAME) == APPLICATION_NAME
+    finally:
+        await conn.close()
+
+
+_NAME = "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"

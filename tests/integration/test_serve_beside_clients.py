@@ -1,0 +1,113 @@
+"""Which other clients of the database stop ``serve`` before a migration that breaks older
+code: the ones that may be a replica of the release that migrated it (README: Upgrading)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings
+from proxy.store.db import APPLICATION_NAME, connect
+from proxy.store.migrations import MigrationError, run_migrations
+from tests.integration.test_migration_rollback import _at_0019_with_a_session
+
+
+async def test_cascade_names_its_connections(empty_db_dsn: str) -> None:
+    """A replica's connections say they are Cascade's in ``pg_stat_activity``; a URL that
+    names them keeps its name."""
+    sep = "&" if "?" in empty_db_dsn else "?"
+    for dsn, name in [
+        (empty_db_dsn, APPLICATION_NAME),
+        (empty_db_dsn + sep + "application_name=blue", "blue"),
+        (empty_db_dsn + sep + "options=-c%20application_name%3Dgreen", "green"),
+    ]:
+        conn = await connect(dsn)
+        try:
+            assert await conn.fetchval("SHOW application_name") == name
+        finally:
+            await conn.close()
+
+
+async def test_every_connection_a_running_replica_holds_is_named(empty_db_dsn: str) -> None:
+    """The pool's and the listener's: a replica of this release never reads as unnamed, the
+    name a release before it left."""
+    app = create_app(Settings(database_url=empty_db_dsn, watch_config=False))
+    seen = (
+        "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname ="
+        " current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        " GROUP BY 1"
+    )
+    async with app.router.lifespan_context(app):
+        conn = await asyncpg.connect(empty_db_dsn, server_settings={"application_name": "t"})
+        try:
+            names = dict(await conn.fetch(seen))
+        finally:
+            await conn.close()
+    assert set(names) == {APPLICATION_NAME} and names[APPLICATION_NAME] >= 2, names
+
+
+async def test_an_open_psql_does_not_stop_serve_but_an_unnamed_client_does(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A ``psql`` left open beside a database a release at 0019 serves serves no chat, so
+    ``serve`` applies 0020 beside it; a client with no name (a replica of a release that
+    named none) or Cascade's name may be a replica of that release, and stops it, the
+    refusal naming what it counted."""
+    await _at_0019_with_a_session(empty_db_dsn, tmp_path)
+    psql = await _psql(empty_db_dsn)
+    user = await psql.fetchval("SELECT current_user")
+    try:
+        for settings, counted in [
+            ({}, f"1 unnamed as {user}"),
+            ({"application_name": APPLICATION_NAME}, f"1 {APPLICATION_NAME} as {user}"),
+        ]:
+            replica = await asyncpg.connect(empty_db_dsn, server_settings=settings)
+            try:
+                with pytest.raises(MigrationError) as refused:
+                    await run_migrations(empty_db_dsn, serving=True)
+            finally:
+                await replica.close()
+            assert f"(1 other connection to it: {counted})" in str(refused.value)
+        assert (await run_migrations(empty_db_dsn, serving=True))[0] == "0020_begin_step_v5.sql"
+    finally:
+        await psql.close()
+
+
+class _Psql:
+    """A ``psql`` session left open on the database (the binary, when installed: it names
+    its connection itself), and a connection of the test's own to read with."""
+
+    def __init__(self, proc: subprocess.Popen[bytes] | None, conn: asyncpg.Connection) -> None:
+        self.proc, self.conn = proc, conn
+
+    async def fetchval(self, sql: str) -> object:
+        return await self.conn.fetchval(sql)
+
+    async def close(self) -> None:
+        if self.proc is not None:
+            self.proc.communicate(b"\\q\n", timeout=10)
+        await self.conn.close()
+
+
+async def _psql(dsn: str) -> _Psql:
+    binary = shutil.which("psql")
+    if binary is None:  # a connection named as psql names it
+        named = {"application_name": "psql"}
+        return _Psql(None, await asyncpg.connect(dsn, server_settings=named))
+    env = {k: v for k, v in os.environ.items() if k != "PGAPPNAME"}
+    proc = subprocess.Popen([binary, "-X", "-q", "-w", dsn], stdin=subprocess.PIPE, env=env)
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "psql"})
+    seen = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'psql'"
+    deadline = asyncio.get_running_loop().time() + 20
+    while await conn.fetchval(seen) < 2:  # psql's own, beside this one
+        assert proc.poll() is None, "psql exited"
+        assert asyncio.get_running_loop().time() < deadline, "psql never connected"
+        await asyncio.sleep(0.05)
+    return _Psql(proc, conn)
