@@ -76,9 +76,19 @@ class Closer:
     async def after_stop(self, cut: set[Key]) -> None:
         """Close the compactions of ``cut``, the sessions whose compaction the stop just
         cancelled (their claims released), as the next start would: a replica scaled down
-        starts no more. One the database does not take now is left to that sweep."""
+        starts no more. One the database does not take now is left to that sweep.
+
+        Each cut compaction is one WARNING naming its session (never its tenant, a
+        pass-through client's credential): the summary it was making is lost, which the log
+        says now rather than at the next start's sweep, or never on a replica scaled down."""
         if not cut:
             return
+        for _, session_id in sorted(cut):
+            log.warning(
+                "compaction of session %s cancelled by the stop: a summary it had not stored "
+                "is lost, and the session's next compaction folds its span again",
+                session_id,
+            )
         try:
             closed, _ = await self._pass(cut)
         except Exception as exc:
