@@ -1,0 +1,69 @@
+"""``/metrics`` without a metrics key of its own (README Decisions): on a loopback bind it is
+open to the machine's own clients and nothing is said; beyond loopback the start warns (and
+``config check`` prints) that any proxy key, or anyone with no proxy keys, reads every
+tenant's counts, until ``auth.metricsKeyEnv`` names a variable that holds a key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.app import check_start
+from proxy.cli import main
+from proxy.config import parse_config
+from proxy.listen import open_metrics_warning
+from proxy.settings import Settings
+
+PROVIDERS = {"providers": {"openai": {"baseUrl": "http://127.0.0.1:9/v1"}}}
+KEYED = {**PROVIDERS, "auth": {"keys": [{"keyEnv": "K1", "tenant": "one"}]}}
+SCRAPED = {**PROVIDERS, "auth": {**KEYED["auth"], "metricsKeyEnv": "MK"}}
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+def test_on_loopback_metrics_are_open_without_a_word(host: str) -> None:
+    assert open_metrics_warning(host, parse_config(KEYED), {}) is None
+    assert open_metrics_warning(host, parse_config(PROVIDERS), {}) is None
+
+
+def test_beyond_loopback_any_proxy_key_reading_them_is_said() -> None:
+    said = open_metrics_warning("0.0.0.0", parse_config(KEYED), {"K1": "sk-one"})
+    assert said is not None
+    assert said.startswith("/metrics on 0.0.0.0 answers any proxy key")
+    assert "auth.metricsKeyEnv is unset" in said and "every tenant's requests" in said
+    assert "sk-one" not in said
+
+
+def test_beyond_loopback_with_no_proxy_keys_anyone_reads_them() -> None:
+    said = open_metrics_warning("10.0.0.5", parse_config(PROVIDERS), {})
+    assert said is not None and "answers anyone who can reach it" in said
+
+
+def test_a_metrics_key_in_force_silences_it_and_one_unset_or_blank_does_not() -> None:
+    cfg = parse_config(SCRAPED)
+    assert open_metrics_warning("0.0.0.0", cfg, {"MK": "scrape-secret"}) is None
+    for env in ({}, {"MK": "  \n"}):
+        said = open_metrics_warning("0.0.0.0", cfg, env)
+        assert said is not None and "$MK holds no key" in said
+
+
+def test_serve_judges_it_with_the_rest_of_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MK", raising=False)
+    _, warnings = check_start(Settings(host="0.0.0.0"), parse_config(KEYED))
+    assert [w for w in warnings if w.startswith("/metrics on 0.0.0.0")], warnings
+    _, warnings = check_start(Settings(host="127.0.0.1"), parse_config(KEYED))
+    assert warnings == []
+
+
+def test_config_check_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "agents.json"
+    cfg.write_text(json.dumps(KEYED))
+    monkeypatch.setenv("CASCADE_CONFIG", str(cfg))
+    monkeypatch.setenv("CASCADE_HOST", "0.0.0.0")
+    monkeypatch.setenv("K1", "sk-one")
+    assert main(["config", "check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "warning: /metrics on 0.0.0.0 answers any proxy key" in "\n".join(out), out
