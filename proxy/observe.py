@@ -332,8 +332,10 @@ class Observe:
 def _raised(exc: Exception, status: int | None) -> str | None:
     """The ``error.type`` of an exception that broke a request off after ``status`` went
     out (None: before any did): its class, unless a 5xx already says it failed, or it is
-    the client gone (Starlette's ``ClientDisconnect`` for a send it refused), no failure."""
-    if isinstance(exc, ClientDisconnect) or (status is not None and status >= 500):
+    the client gone, no failure: Starlette's ``ClientDisconnect`` for a send the server
+    refused, or the server's own ``OSError`` (an ASGI 2.4 server's, for a peer gone) where
+    no Starlette response turned it into one."""
+    if isinstance(exc, ClientDisconnect | OSError) or (status is not None and status >= 500):
         return None
     return type(exc).__name__
 

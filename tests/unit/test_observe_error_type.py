@@ -20,6 +20,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from proxy.metrics import Metrics
 from proxy.middleware import AccessLog, ServerErrors
@@ -50,6 +51,14 @@ def _stream_then(exc: BaseException) -> object:
     return handler
 
 
+class _SendRefused:
+    """A raw ASGI stream whose server refused a send, its peer gone (an ASGI 2.4 server)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise ConnectionResetError("peer gone")
+
+
 @pytest.fixture
 def traced() -> Iterator[tuple[InMemorySpanExporter, Observer]]:
     exporter = InMemorySpanExporter()
@@ -66,6 +75,7 @@ async def _spans(observer: Observer, exporter: InMemorySpanExporter, path: str) 
             Route("/raises", _raises),
             Route("/stream-breaks", _stream_then(Broken("mid-stream"))),
             Route("/stream-gone", _stream_then(ClientDisconnect())),
+            Route("/send-refused", _SendRefused()),
         ],
         middleware=[
             Middleware(AccessLog),
@@ -119,10 +129,11 @@ async def test_a_stream_broken_off_by_an_exception_is_its_class_name(
     assert span.status.status_code is StatusCode.ERROR
 
 
+@pytest.mark.parametrize("path", ["/stream-gone", "/send-refused"])
 async def test_a_stream_whose_client_left_is_no_failure(
-    traced: tuple[InMemorySpanExporter, Observer],
+    traced: tuple[InMemorySpanExporter, Observer], path: str
 ) -> None:
-    span = await _spans(traced[1], traced[0], "/stream-gone")
+    span = await _spans(traced[1], traced[0], path)
     assert "error.type" not in (span.attributes or {})
     assert span.status.status_code is StatusCode.UNSET
 
