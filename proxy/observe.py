@@ -320,7 +320,7 @@ class Observe:
         raised: str | None = None
         try:
             await self.app(scope, receive, send_observed)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
             raised = _raised(exc, status if overhead is not None else None)
             raise
         finally:
@@ -329,12 +329,13 @@ class Observe:
             obs.finish(method, route or route_template(scope, self._templates), status, raised)
 
 
-def _raised(exc: Exception, status: int | None) -> str | None:
+def _raised(exc: BaseException, status: int | None) -> str | None:
     """The ``error.type`` of an exception that broke a request off after ``status`` went
     out (None: before any did): its class, unless a 5xx already says it failed, or it is
     the client gone, no failure: Starlette's ``ClientDisconnect`` for a send the server
     refused, or the server's own ``OSError`` (an ASGI 2.4 server's, for a peer gone) where
-    no Starlette response turned it into one."""
+    no Starlette response turned it into one. A ``CancelledError`` is the server's stop
+    cutting what still ran (uvicorn cancels no request whose client left), a failure."""
     if isinstance(exc, ClientDisconnect | OSError) or (status is not None and status >= 500):
         return None
     return type(exc).__name__

@@ -7,6 +7,8 @@ notwithstanding; a client that left (``ClientDisconnect``) is no failure."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -59,6 +61,18 @@ class _SendRefused:
         raise ConnectionResetError("peer gone")
 
 
+class _StopCut:
+    """A raw ASGI stream the server cancelled after its 200 went out: uvicorn's bound on a
+    stop (``timeout_graceful_shutdown``) cancels what still runs. uvicorn never cancels a
+    request for a client that left, and a Starlette stream's own cancel scope absorbs the
+    cancel it makes then, so none of these is the client gone."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        raise asyncio.CancelledError
+
+
 @pytest.fixture
 def traced() -> Iterator[tuple[InMemorySpanExporter, Observer]]:
     exporter = InMemorySpanExporter()
@@ -76,6 +90,7 @@ async def _spans(observer: Observer, exporter: InMemorySpanExporter, path: str) 
             Route("/stream-breaks", _stream_then(Broken("mid-stream"))),
             Route("/stream-gone", _stream_then(ClientDisconnect())),
             Route("/send-refused", _SendRefused()),
+            Route("/stop-cut", _StopCut()),
         ],
         middleware=[
             Middleware(AccessLog),
@@ -85,7 +100,8 @@ async def _spans(observer: Observer, exporter: InMemorySpanExporter, path: str) 
     )
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        await client.get(path)
+        with contextlib.suppress(asyncio.CancelledError):  # what the server's cancel raises
+            await client.get(path)
     (span,) = exporter.get_finished_spans()
     return span
 
@@ -126,6 +142,17 @@ async def test_a_stream_broken_off_by_an_exception_is_its_class_name(
     span = await _spans(traced[1], traced[0], "/stream-breaks")
     assert (span.attributes or {})["http.response.status_code"] == 200
     assert (span.attributes or {}).get("error.type") == "Broken"
+    assert span.status.status_code is StatusCode.ERROR
+
+
+async def test_a_stream_the_servers_stop_cancelled_is_a_failure(
+    traced: tuple[InMemorySpanExporter, Observer],
+) -> None:
+    """Its client got half an answer and no error event: the span says so, as for an
+    exception that broke it off (a ``CancelledError`` is no ``Exception``)."""
+    span = await _spans(traced[1], traced[0], "/stop-cut")
+    assert (span.attributes or {})["http.response.status_code"] == 200
+    assert (span.attributes or {}).get("error.type") == "CancelledError"
     assert span.status.status_code is StatusCode.ERROR
 
 
