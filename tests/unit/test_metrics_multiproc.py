@@ -27,7 +27,8 @@ m.requests.labels("/v1/chat/completions", "POST", "200").inc(int(sys.argv[1]))
 m.inflight.inc()
 m.note_reclaimed("eviction", 10)
 m.token_usage.labels("chat", "input", "gpt-4o").observe(100)
-if sys.argv[2] == "stops":
+if sys.argv[2] == "stops":  # a series one worker only wrote
+    m.upstream_errors.labels("openai", "ReadError").inc()
     m.close()
 """
 RENDER = (
@@ -208,4 +209,9 @@ def test_a_fresh_scrape_has_every_documented_metric_with_its_type(tmp_path: Path
         assert types.get(family) == kind or types.get(name) == kind, f"no # TYPE for {name}"
         assert family in helps or name in helps, f"no # HELP for {name}"
     assert _value(text, "cascade_requests_total") == 7  # the series written are all there
-    assert len(re.findall(r"^# TYPE cascade_requests_total ", text, re.M)) <= 1
+    assert _value(text, "cascade_upstream_errors_total", error_type="ReadError") == 1
+    # one family per name: two # TYPE lines for one make Prometheus refuse the whole scrape
+    typed = re.findall(r"^# TYPE (\S+) ", text, re.M)
+    assert sorted(typed) == sorted(set(typed)), typed
+    parsed = [f.name for f in text_string_to_metric_families(text)]
+    assert sorted(parsed) == sorted(set(parsed)) and len(parsed) == len(typed)
