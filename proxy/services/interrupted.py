@@ -37,7 +37,7 @@ from proxy.services.leases import Leases
 from proxy.store import events, leases as claims, nul, summaries
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 
-__all__ = ["Closer", "INTERRUPTED"]
+__all__ = ["Closer", "INTERRUPTED", "said_cut"]
 
 log = logging.getLogger("cascade.compaction")
 
@@ -45,6 +45,18 @@ INTERRUPTED = "interrupted"
 """The ``reason`` of the failed event that closes a compaction its process never ended."""
 
 Key = tuple[str, str]
+
+
+def said_cut(session_id: str) -> None:
+    """The WARNING of a compaction of ``session_id`` the stop cancelled, background or
+    waited for by its request: the summary it was making is lost now, which the log says
+    rather than the next start's sweep, or nothing on a replica scaled down. It names the
+    session, never the tenant (a pass-through client's credential)."""
+    log.warning(
+        "compaction of session %s cancelled by the stop: a summary it had not stored "
+        "is lost, and the session's next compaction folds its span again",
+        session_id,
+    )
 
 
 class Closer:
@@ -84,11 +96,7 @@ class Closer:
         if not cut:
             return
         for _, session_id in sorted(cut):
-            log.warning(
-                "compaction of session %s cancelled by the stop: a summary it had not stored "
-                "is lost, and the session's next compaction folds its span again",
-                session_id,
-            )
+            said_cut(session_id)
         try:
             closed, _ = await self._pass(cut)
         except Exception as exc:
