@@ -33,7 +33,12 @@ from proxy.bus_listen import through_pooler
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder, Hangup, watch_config
 from proxy.embeddings import Embedders, bind_embedders
-from proxy.listen import listen_policy, open_listen_warning, open_metrics_warning
+from proxy.listen import (
+    listen_policy,
+    open_listen_warning,
+    open_metrics_warning,
+    reload_told,
+)
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.observe import Observer
@@ -223,9 +228,11 @@ def create_app(
                 )
             if provider is not None:  # a reload's new caFile must load, as it would be used
                 holder.vet = functools.partial(refuse_ca_files, provider)
-                holder.on_reloaded = provider.keep_only  # and the pools it leaves are closed
                 stack.callback(setattr, holder, "vet", None)
-                stack.callback(setattr, holder, "on_reloaded", None)
+            # the pools a reload leaves are closed; a /metrics it opens is said
+            keep_only = provider.keep_only if provider is not None else None
+            holder.on_reloaded = reload_told(settings.host, holder.current, keep_only)
+            stack.callback(setattr, holder, "on_reloaded", None)
             client = build_client(transport=http_transport or provider)
             stack.push_async_callback(client.aclose)
             listen, source = listen_url(settings, dsn)

@@ -2,13 +2,16 @@
 proxy refuses at start to listen beyond it (``listen_policy``) unless unauthenticated
 listening is allowed, and then warns of what that opens (``open_listen_warning``). A server
 started on another address than it says is caught per request by the gate (``auth.py``).
-``/metrics`` without a metrics key beyond loopback is a warning too (``open_metrics_warning``).
+``/metrics`` without a metrics key beyond loopback is a warning too (``open_metrics_warning``),
+at start and on a reload that opens it (``reload_told``).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+import logging
+import os
+from collections.abc import Callable, Mapping
 
 from proxy.config import Config
 
@@ -18,7 +21,10 @@ __all__ = [
     "listen_policy",
     "open_listen_warning",
     "open_metrics_warning",
+    "reload_told",
 ]
+
+log = logging.getLogger("cascade")
 
 
 class InsecureListen(Exception):
@@ -80,3 +86,24 @@ def open_metrics_warning(host: str, cfg: Config, env: Mapping[str, str]) -> str 
         "and names the models they send; give the scraper a key of its own in "
         "auth.metricsKeyEnv"
     )
+
+
+def reload_told(
+    host: str, cfg: Config, then: Callable[[Config], None] | None
+) -> Callable[[Config], None]:
+    """What a reload tells of the config it puts in force (``ConfigHolder.on_reloaded``):
+    ``open_metrics_warning`` for a ``/metrics`` that config opens beyond loopback where the
+    one before it (first ``cfg``, the start's) did not, or opens to more readers; a reload
+    that changes nothing of it says nothing again, as the start said it once. Then ``then``
+    (the provider pools' ``keep_only``)."""
+    said = [open_metrics_warning(host, cfg, os.environ)]
+
+    def reloaded(new: Config) -> None:
+        now = open_metrics_warning(host, new, os.environ)
+        if now is not None and now != said[0]:
+            log.warning("%s", now)
+        said[0] = now
+        if then is not None:
+            then(new)
+
+    return reloaded

@@ -6,6 +6,7 @@ tenant's counts, until ``auth.metricsKeyEnv`` names a variable that holds a key.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from proxy.app import check_start
 from proxy.cli import main
 from proxy.config import parse_config
-from proxy.listen import open_metrics_warning
+from proxy.listen import open_metrics_warning, reload_told
 from proxy.settings import Settings
 
 PROVIDERS = {"providers": {"openai": {"baseUrl": "http://127.0.0.1:9/v1"}}}
@@ -67,3 +68,24 @@ def test_config_check_prints_it(
     assert main(["config", "check"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "warning: /metrics on 0.0.0.0 answers any proxy key" in "\n".join(out), out
+
+
+def test_a_reload_that_opens_them_beyond_loopback_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start said nothing (a metrics key in force); a SIGHUP's config without
+    ``metricsKeyEnv`` opens ``/metrics`` to every proxy key: said as the start would have,
+    and not again for a reload that changes nothing of it; one that closes them says nothing."""
+    monkeypatch.setenv("MK", "scrape-secret")
+    kept: list[object] = []
+    reloaded = reload_told("0.0.0.0", parse_config(SCRAPED), kept.append)
+    with caplog.at_level(logging.WARNING, logger="cascade"):
+        for cfg in (KEYED, KEYED, SCRAPED):
+            reloaded(parse_config(cfg))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("/metrics on")]
+    assert len(said) == 1 and "answers any proxy key" in said[0], said
+    assert len(kept) == 3  # each reloaded config is still handed on
+    loopback = reload_told("127.0.0.1", parse_config(SCRAPED), None)
+    with caplog.at_level(logging.WARNING, logger="cascade"):
+        loopback(parse_config(KEYED))
+    assert len([r for r in caplog.records if "/metrics on" in r.getMessage()]) == 1
