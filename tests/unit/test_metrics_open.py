@@ -36,8 +36,11 @@ def test_beyond_loopback_any_proxy_key_reading_them_is_said() -> None:
     assert "sk-one" not in said
 
 
-def test_beyond_loopback_with_no_proxy_keys_anyone_reads_them() -> None:
-    said = open_metrics_warning("10.0.0.5", parse_config(PROVIDERS), {})
+@pytest.mark.parametrize("host", ["10.0.0.5", "::", "localhost.", "[::]"])
+def test_beyond_loopback_with_no_proxy_keys_anyone_reads_them(host: str) -> None:
+    """Every address but a loopback one, IPv6's any-address and a name that is not exactly
+    ``localhost`` too: as the listening rule judges them (``is_loopback``)."""
+    said = open_metrics_warning(host, parse_config(PROVIDERS), {})
     assert said is not None and "answers anyone who can reach it" in said
 
 
