@@ -67,9 +67,14 @@ class _StopCut:
     request for a client that left, and a Starlette stream's own cancel scope absorbs the
     cancel it makes then, so none of these is the client gone."""
 
+    def __init__(self, started: bool = True) -> None:
+        self.started = started
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        if self.started:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            body = {"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True}
+            await send(body)
         raise asyncio.CancelledError
 
 
@@ -91,6 +96,7 @@ async def _spans(observer: Observer, exporter: InMemorySpanExporter, path: str) 
             Route("/stream-gone", _stream_then(ClientDisconnect())),
             Route("/send-refused", _SendRefused()),
             Route("/stop-cut", _StopCut()),
+            Route("/stop-cut-early", _StopCut(started=False)),
         ],
         middleware=[
             Middleware(AccessLog),
@@ -152,6 +158,16 @@ async def test_a_stream_the_servers_stop_cancelled_is_a_failure(
     exception that broke it off (a ``CancelledError`` is no ``Exception``)."""
     span = await _spans(traced[1], traced[0], "/stop-cut")
     assert (span.attributes or {})["http.response.status_code"] == 200
+    assert (span.attributes or {}).get("error.type") == "CancelledError"
+    assert span.status.status_code is StatusCode.ERROR
+
+
+async def test_a_request_cancelled_before_its_status_is_the_cancel_not_a_500(
+    traced: tuple[InMemorySpanExporter, Observer],
+) -> None:
+    """No status went out (``ServerErrors`` answers an ``Exception`` only): the exception's
+    class says how it ended, as for any exception before a status, not a 500 nobody got."""
+    span = await _spans(traced[1], traced[0], "/stop-cut-early")
     assert (span.attributes or {}).get("error.type") == "CancelledError"
     assert span.status.status_code is StatusCode.ERROR
 
