@@ -33,7 +33,12 @@ from proxy.bus_listen import through_pooler
 from proxy.config import Config
 from proxy.config_watch import ConfigHolder, Hangup, watch_config
 from proxy.embeddings import Embedders, bind_embedders
-from proxy.listen import listen_policy, open_listen_warning
+from proxy.listen import (
+    listen_policy,
+    open_listen_warning,
+    open_metrics_warning,
+    reload_told,
+)
 from proxy.logs import configure_logging, format_from_env
 from proxy.metrics import Metrics
 from proxy.observe import Observer
@@ -123,28 +128,33 @@ def _announce(metrics: Metrics, bus: EventBus, event: str, data: dict[str, Any])
     bus.broadcast_local(event, data)
 
 
-def _say_started(banner: str, warning: str | None) -> None:
+def _say_started(banner: str, warnings: list[str]) -> None:
     """The start's lines, logged once the address is bound (``serve`` binds before the
     lifespan): the banner, one record per line since the text format escapes a line break
-    inside a record, then ``warning`` (``open_listen_warning``), so a start that cannot bind
-    its port warns of nothing."""
+    inside a record, then ``warnings`` (``check_start``'s), so a start that cannot bind its
+    port warns of nothing."""
     for line in banner.splitlines():
         startup_log.info("%s", line)
-    if warning:
+    for warning in warnings:
         log.warning("%s", warning)
 
 
-def check_start(settings: Settings, cfg: Config) -> tuple[bool, str | None]:
+def check_start(settings: Settings, cfg: Config) -> tuple[bool, list[str]]:
     """What ``serve`` judges of ``settings`` and ``cfg`` before it starts, as ``config check``
-    judges them: whether the gate requires proxy keys, and the warning of listening beyond
-    loopback without them (``open_listen_warning``). Raises what it refuses: an egress proxy
+    judges them: whether the gate requires proxy keys, and the warnings of listening beyond
+    loopback without them (``open_listen_warning``) or with ``/metrics`` open to more than a
+    scraper (``open_metrics_warning``). Raises what it refuses: an egress proxy
     the transport cannot use, an ``SSL_CERT_FILE`` that does not load, listening beyond
     loopback without proxy keys unless ``allow_unauthenticated``."""
     check_proxies(settings.http_transport)
     check_trust()
     allow = settings.allow_unauthenticated
     require_keys = listen_policy(settings.host, cfg, allow_unauthenticated=allow)
-    return require_keys, open_listen_warning(settings.host, cfg, allow_unauthenticated=allow)
+    said = [
+        open_listen_warning(settings.host, cfg, allow_unauthenticated=allow),
+        open_metrics_warning(settings.host, cfg, os.environ),
+    ]
+    return require_keys, [warning for warning in said if warning]
 
 
 def create_app(
@@ -218,9 +228,11 @@ def create_app(
                 )
             if provider is not None:  # a reload's new caFile must load, as it would be used
                 holder.vet = functools.partial(refuse_ca_files, provider)
-                holder.on_reloaded = provider.keep_only  # and the pools it leaves are closed
                 stack.callback(setattr, holder, "vet", None)
-                stack.callback(setattr, holder, "on_reloaded", None)
+            # the pools a reload leaves are closed; a /metrics it opens is said
+            keep_only = provider.keep_only if provider is not None else None
+            holder.on_reloaded = reload_told(settings.host, holder.current, keep_only)
+            stack.callback(setattr, holder, "on_reloaded", None)
             client = build_client(transport=http_transport or provider)
             stack.push_async_callback(client.aclose)
             listen, source = listen_url(settings, dsn)

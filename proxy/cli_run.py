@@ -115,7 +115,7 @@ def _check_config(settings: Settings) -> int:
         print(f"no config file (no --config, CASCADE_CONFIG or {DEFAULT_CONFIG}): the defaults")
     else:
         print(f"{path}: valid")
-    warnings = [unknown_variables(os.environ, cfg.variables()), open_listen]
+    warnings = [unknown_variables(os.environ, cfg.variables()), *open_listen]
     warnings += check_ca_files(None, cfg) + config_warnings(cfg, os.environ)
     for warning in filter(None, warnings):
         print(f"warning: {warning}")

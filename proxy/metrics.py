@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -38,6 +39,8 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
@@ -263,11 +266,7 @@ class Metrics:
         files summed."""
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
-            registry, path=self.multiprocess_dir
-        )
-        return generate_latest(registry)
+        return generate_latest(_Summed(self))
 
     async def endpoint(self, request: Request) -> Response:
         """``GET /metrics``."""
@@ -313,3 +312,26 @@ class Metrics:
             self._models.add(model)
             return model
         return OTHER_MODEL
+
+
+class _Summed:
+    """What ``/metrics`` renders in multiprocess mode: every worker's files summed
+    (``MultiProcessCollector``), then each of ``metrics``' own metrics no file holds yet as
+    a family without samples. The collector knows only what some worker wrote, and a
+    labelled metric writes nothing before its first series: a fresh worker's first scrape
+    would leave out its ``# HELP`` and ``# TYPE`` lines, as a single process never does."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        seen = set()
+        summed = multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
+            None, path=self.metrics.multiprocess_dir
+        )
+        for family in summed.collect():  # type: ignore[no-untyped-call]
+            seen.add(family.name)
+            yield family
+        for wrapper in vars(self.metrics).values():
+            if isinstance(wrapper, MetricWrapperBase):
+                yield from (f for f in wrapper.describe() if f.name not in seen)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy import requestlog
@@ -198,7 +199,17 @@ class RequestObs:
         if (tracing := self.observer.tracing) is not None:
             span.set_status(tracing.failed)
 
-    def finish_span(self, method: str, route: str, status: int) -> None:
+    def finish(self, method: str, route: str, status: int, raised: str | None = None) -> None:
+        """The request ended: its span too, when traced."""
+        if self.span is None:
+            self.done = True
+        else:
+            self.finish_span(method, route, status, raised)
+
+    def finish_span(self, method: str, route: str, status: int, raised: str | None = None) -> None:
+        """End the request's span; ``raised``: the class of the exception that broke the
+        request off after a status below 500 went out (a stream's 200), or before any did,
+        which says how it failed where no status does."""
         self.done = True
         self.end_pending()
         span = self.span
@@ -223,8 +234,8 @@ class RequestObs:
         if self.occupancy is not None:
             attributes["cascade.session.occupancy"] = self.occupancy
         failed = status if status >= 500 else (self.late_error or status)
-        if failed >= 500:  # a server span's 4xx is the client's error, not the span's
-            attributes["error.type"] = str(failed)
+        if raised is not None or failed >= 500:  # a server span's 4xx is the client's error
+            attributes["error.type"] = raised or str(failed)
             self._failed(span)
         span.set_attributes(attributes)
         span.end()
@@ -306,15 +317,28 @@ class Observe:
                 count()
             await send(message)
 
+        raised: str | None = None
         try:
             await self.app(scope, receive, send_observed)
+        except (Exception, asyncio.CancelledError) as exc:
+            raised = _raised(exc, status if overhead is not None else None)
+            raise
         finally:
             if not counted:
                 count()
-            if obs.span is not None:
-                obs.finish_span(method, route or route_template(scope, self._templates), status)
-            else:
-                obs.done = True
+            obs.finish(method, route or route_template(scope, self._templates), status, raised)
+
+
+def _raised(exc: BaseException, status: int | None) -> str | None:
+    """The ``error.type`` of an exception that broke a request off after ``status`` went
+    out (None: before any did): its class, unless a 5xx already says it failed, or it is
+    the client gone, no failure: Starlette's ``ClientDisconnect`` for a send the server
+    refused, or the server's own ``OSError`` (an ASGI 2.4 server's, for a peer gone) where
+    no Starlette response turned it into one. A ``CancelledError`` is the server's stop
+    cutting what still ran (uvicorn cancels no request whose client left), a failure."""
+    if isinstance(exc, ClientDisconnect | OSError) or (status is not None and status >= 500):
+        return None
+    return type(exc).__name__
 
 
 _TRACE_HEADERS = (b"traceparent", b"tracestate")

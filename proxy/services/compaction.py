@@ -73,7 +73,7 @@ from proxy.services.compaction_span import (
     ms_since,
     read_span,
 )
-from proxy.services.interrupted import Closer
+from proxy.services.interrupted import Closer, said_cut
 from proxy.services.leases import Leases
 from proxy.services.promotion import promote
 from proxy.services.promotion_owed import Promotions
@@ -264,6 +264,10 @@ class DurableSummarizer:
             with compaction_span(job.trigger):
                 result = await self._compact(job, owner)
             return result
+        except asyncio.CancelledError:  # a waited one is cut in its request's task
+            if wait and self._stop.deadline is not None:
+                said_cut(job.session_id)  # a background one's: the stop's (_end_all)
+            raise
         finally:
             self.leases.unclaim(job.tenant, job.session_id, owner)
             with contextlib.suppress(DatabaseUnavailable, PoolExhausted):  # it expires

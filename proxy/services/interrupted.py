@@ -37,7 +37,7 @@ from proxy.services.leases import Leases
 from proxy.store import events, leases as claims, nul, summaries
 from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
 
-__all__ = ["Closer", "INTERRUPTED"]
+__all__ = ["Closer", "INTERRUPTED", "said_cut"]
 
 log = logging.getLogger("cascade.compaction")
 
@@ -45,6 +45,18 @@ INTERRUPTED = "interrupted"
 """The ``reason`` of the failed event that closes a compaction its process never ended."""
 
 Key = tuple[str, str]
+
+
+def said_cut(session_id: str) -> None:
+    """The WARNING of a compaction of ``session_id`` the stop cancelled, background or
+    waited for by its request: the summary it was making is lost now, which the log says
+    rather than the next start's sweep, or nothing on a replica scaled down. It names the
+    session, never the tenant (a pass-through client's credential)."""
+    log.warning(
+        "compaction of session %s cancelled by the stop: a summary it had not stored "
+        "is lost, and the session's next compaction folds its span again",
+        session_id,
+    )
 
 
 class Closer:
@@ -76,9 +88,15 @@ class Closer:
     async def after_stop(self, cut: set[Key]) -> None:
         """Close the compactions of ``cut``, the sessions whose compaction the stop just
         cancelled (their claims released), as the next start would: a replica scaled down
-        starts no more. One the database does not take now is left to that sweep."""
+        starts no more. One the database does not take now is left to that sweep.
+
+        Each cut compaction is one WARNING naming its session (never its tenant, a
+        pass-through client's credential): the summary it was making is lost, which the log
+        says now rather than at the next start's sweep, or never on a replica scaled down."""
         if not cut:
             return
+        for _, session_id in sorted(cut):
+            said_cut(session_id)
         try:
             closed, _ = await self._pass(cut)
         except Exception as exc:

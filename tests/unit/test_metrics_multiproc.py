@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +27,8 @@ m.requests.labels("/v1/chat/completions", "POST", "200").inc(int(sys.argv[1]))
 m.inflight.inc()
 m.note_reclaimed("eviction", 10)
 m.token_usage.labels("chat", "input", "gpt-4o").observe(100)
-if sys.argv[2] == "stops":
+if sys.argv[2] == "stops":  # a series one worker only wrote
+    m.upstream_errors.labels("openai", "ReadError").inc()
     m.close()
 """
 RENDER = (
@@ -186,3 +188,30 @@ def test_with_several_workers_the_config_is_taken_while_every_one_took_it(
     assert _value(text, "cascade_config_reloads_total", result="reloaded") == 1
     assert _value(text, "cascade_config_reloads_total", result="rejected") == 1
     assert _value(text, "cascade_config_last_reload_successful") == 0
+
+
+def test_a_fresh_scrape_has_every_documented_metric_with_its_type(tmp_path: Path) -> None:
+    """A worker's first ``/metrics``, while two workers have written only some series: every
+    metric README lists has its ``# TYPE`` line (and ``# HELP``) of its own type, a labelled
+    one with no series yet too. prometheus-client's multiprocess collector knows only what
+    some worker's files hold, so a dashboard's query of a metric no worker touched yet (a
+    provider error) would find no metric at all rather than a metric with no series."""
+    from tests.unit.test_readme_metrics import _documented
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    run_python(WORKER, "3", "stops", env=env)
+    with serving(env, "4"):
+        text = run_python(RENDER, env=env)
+    types = dict(re.findall(r"^# TYPE (\S+) (\w+)$", text, re.M))
+    helps = set(re.findall(r"^# HELP (\S+) ", text, re.M))
+    for name, (_, kind) in _documented().items():
+        family = name.removesuffix("_total") if kind == "counter" else name
+        assert types.get(family) == kind or types.get(name) == kind, f"no # TYPE for {name}"
+        assert family in helps or name in helps, f"no # HELP for {name}"
+    assert _value(text, "cascade_requests_total") == 7  # the series written are all there
+    assert _value(text, "cascade_upstream_errors_total", error_type="ReadError") == 1
+    # one family per name: two # TYPE lines for one make Prometheus refuse the whole scrape
+    typed = re.findall(r"^# TYPE (\S+) ", text, re.M)
+    assert sorted(typed) == sorted(set(typed)), typed
+    parsed = [f.name for f in text_string_to_metric_families(text)]
+    assert sorted(parsed) == sorted(set(parsed)) and len(parsed) == len(typed)

@@ -24,3 +24,17 @@ def test_the_warning_follows_the_banner(
     banner = next(i for i, line in enumerate(said) if " listening on 0.0.0.0:" in line)
     warnings = [i for i, line in enumerate(said) if WARNING in line]
     assert len(warnings) == 1 and warnings[0] > banner, said
+
+
+def test_metrics_open_beyond_loopback_are_warned_of_after_the_banner(
+    start_proxy: StartProxy, config_path: Path, records: Records
+) -> None:
+    """No proxy keys and no metrics key on a non-loopback address: anyone reads every
+    tenant's counts on ``/metrics``, one warning of its own, after the banner (README
+    Decisions: on loopback it says nothing)."""
+    start_proxy(config_path, host="0.0.0.0", allow_unauthenticated=True)
+    said = [r.getMessage() for r in records.records if r.name.startswith("cascade")]
+    banner = next(i for i, line in enumerate(said) if " listening on 0.0.0.0:" in line)
+    warnings = [i for i, line in enumerate(said) if line.startswith("/metrics on 0.0.0.0 ")]
+    assert len(warnings) == 1 and warnings[0] > banner, said
+    assert "answers anyone who can reach it" in said[warnings[0]]

@@ -7,6 +7,7 @@ yet), the compaction is closed as interrupted, and the next process folds the sp
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 import time
@@ -136,7 +137,7 @@ def test_a_promotion_whose_process_died_is_taken_over_once_due(
 
 
 def test_a_stop_during_the_fast_models_call_leaves_the_span_to_the_next_process(
-    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
+    tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     held = Model(fast_pacer=Pacer(patience=3.0, first=True))  # the briefing never comes
     with stack(tmp_path, db_dsn, fake_upstream, held, settings={"stop_grace_seconds": 5.0}) as s:
@@ -145,6 +146,13 @@ def test_a_stop_during_the_fast_models_call_leaves_the_span_to_the_next_process(
         wait_until(lambda: held.fast_times, what="the compaction to call the fast model")
         s.proxy._server.handle_exit(signal.SIGTERM, None)
         s.proxy.stop()
+        # the log says the summary is lost now, naming the session, not at the next start
+        cut = [
+            r
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "cancelled by the stop" in r.getMessage()
+        ]
+        assert len(cut) == 1 and "session cut-call " in cut[0].getMessage()
         assert [e["name"] for e in compaction_events(s, "cut-call")] == [STARTED, FAILED]
         assert compaction_events(s, "cut-call")[-1]["reason"] == "interrupted"
         assert s.summaries("cut-call") == []
