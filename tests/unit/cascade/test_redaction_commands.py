@@ -55,6 +55,16 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         ),
         # a password of digits longer than a group's id
         ("curl -u bob:20240917 https://h/", f"curl -u bob:{REDACTED} https://h/"),
+        # the pair glued to curl's option, as curl reads it too
+        ("curl -ubob:Passw0rd https://h/", f"curl -ubob:{REDACTED} https://h/"),
+        (
+            f"curl -s -H 'Accept: x' -ubob:{_TOKEN} https://h/",
+            f"curl -s -H 'Accept: x' -ubob:{REDACTED} https://h/",
+        ),
+        # a short password of digits with a URL after it: a login, not a user and group
+        ("curl -u bob:1234 https://h/", f"curl -u bob:{REDACTED} https://h/"),
+        # curl's cookies bare after -b
+        (f"curl -b sid={_TOKEN} https://h/", f"curl -b {REDACTED} https://h/"),
         # a proxy's basic auth
         (f"curl -U bob:{_TOKEN} https://h/", f"curl -U bob:{REDACTED} https://h/"),
         (
@@ -75,6 +85,10 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         (f"export SMTP_PASS='{_TOKEN}'", f"export SMTP_PASS='{REDACTED}'"),
         (f"PGPASSWORD={_TOKEN} psql -h db", f"PGPASSWORD={REDACTED} psql -h db"),
         (f"MYSQL_PWD={_TOKEN} mysql", f"MYSQL_PWD={REDACTED} mysql"),
+        # a bare PASS, as a shell or an .env file assigns it
+        (f"PASS={_TOKEN}", f"PASS={REDACTED}"),
+        (f"export PASS='{_TOKEN}'", f"export PASS='{REDACTED}'"),
+        (f"PASSWD={_TOKEN} ./login.sh", f"PASSWD={REDACTED} ./login.sh"),
         # .npmrc
         (
             f"//registry.npmjs.org/:_authToken={_TOKEN}",
@@ -103,6 +117,11 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         (f"AccountKey = {_TOKEN}+abc==", f"AccountKey = {REDACTED}"),
         (f'"AccountKey": "{_TOKEN}+abc=="', f'"AccountKey": "{REDACTED}"'),
         (f"AccountKey='{_TOKEN}+abc=='", f"AccountKey='{REDACTED}'"),
+        # a storage account's key in YAML, in code or JSON, spelled as its SDKs spell it
+        (f"accountKey: {_TOKEN}+abc==", f"accountKey: {REDACTED}"),
+        (f"  account_key={_TOKEN}", f"  account_key={REDACTED}"),
+        (f'"accountKey": "{_TOKEN}"', f'"accountKey": "{REDACTED}"'),
+        (f"ACCOUNT_KEY: '{_TOKEN}'", f"ACCOUNT_KEY: '{REDACTED}'"),
         # cookie headers
         (f'Cookie: sid="{_TOKEN}"', f"Cookie: {REDACTED}"),
         (f'Cookie: sid="{_TOKEN}"; b=1\nHost: h', f"Cookie: {REDACTED}\nHost: h"),
@@ -150,6 +169,24 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "docker exec -u root:root c ls",
         '{"cmd": "docker run -u \\"www-data:www-data\\" x"}',
         "curl -u $USER:$TOKEN https://h/",
+        # a variable's name as the password: no secret in the text
+        "curl -u bob:$PASS https://h/",
+        'curl -u "bob:${PASS}" https://h/',
+        "curl -ubob:$PASS https://h/",
+        # a short id as the group, no URL after it
+        "docker run --user bob:1234 image",
+        # a well-known system account and group
+        "docker run --user nobody:nogroup image",
+        "curl --user nobody:nogroup",
+        "install -o root -g wheel; sudo -u root:wheel ls",
+        "docker run -u daemon:staff x",
+        # booleans, as YAML 1.1 spells them too
+        "all-pass: yes",
+        "pass: true",
+        "DB_PASS: no",
+        "PASS=true",
+        "accountKey: string",
+        "account_key = self.account_key",
         "https://git@github.com/o/r",
         "https://user@example.com/path",
         "Tests pass: all",
@@ -185,6 +222,11 @@ def test_what_only_looks_like_one_stays(text: str) -> None:
         'cookie: a="',
         "accountkey = ",
         '"accountkey": "',
+        "curl -u",
+        "curl x ",
+        "pass=",
+        "account_key: ",
+        "-b a=",
     ],
 )
 def test_a_hostile_run_of_a_rules_literal_reads_in_linear_time(unit: str) -> None:
