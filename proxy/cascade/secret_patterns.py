@@ -366,8 +366,9 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _secret_value(KEYED_BLOCK),
     # A bare ``PASS=…`` (a shell's, an ``.env`` file's, a form's ``&pass=…``: never ``--pass=``
     # nor ``pass:``), and a storage account's key as its SDKs and YAML spell it
-    # (``accountKey: …``, ``account_key=…``; a connection string's is ``ACCOUNT_KEY``'s).
-    r"(?i)(?<![a-z0-9_.$\-])pass=" + _SECRET_VALUE,
+    # (``accountKey: …``, ``account_key=…``; a connection string's is ``ACCOUNT_KEY``'s). A
+    # line's start in JSON text is an escape's end (``\nPASS=…``).
+    r"(?i)(?:(?<![a-z0-9_.$\-])|(?<=\\[nrt]))pass=" + _SECRET_VALUE,
     r"(?i)(?<![a-z0-9])account[_\-]?key" + _assigned(3, _KEY_QUOTE) + _AS_QUOTED + _SECRET_VALUE,
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific

@@ -85,9 +85,10 @@ _WRAPPED = (
 # digits or fewer is a group's id (``docker run -u 1000:1000``, ``--user www-data:33``), as is
 # one that repeats the user (``--user www-data:www-data``; ``curl -u admin:admin http://…``
 # and ``curl -u bob:1234 http://…`` are logins); a well-known system account's with a
-# well-known group is one too, URL or not (``--user nobody:nogroup``, ``-u root:wheel``). One
-# that begins with ``$`` is a variable's name (``bob:$PASS``, ``"bob:${PASS}"``: no secret
-# in the text), and a user without a colon after it (``git push -u origin``, ``sudo -u
+# well-known group is one too (``--user nobody:nogroup``, ``-u root:wheel``), but with a URL
+# after it a login's (``curl -u root:root https://…``). One that begins with ``$`` and a
+# name is a variable's (``bob:$PASS``, ``"bob:${PASS}"``: no secret in the text; ``$3cr…``
+# is a password's), and a user without a colon after it (``git push -u origin``, ``sudo -u
 # postgres``) no pair.
 _URL_AFTER = r"(?=[^\r\n:]{0,256}+://)"
 _SYSTEM = (
@@ -104,20 +105,21 @@ _USER_AND_SECRET = (
     + "))"
     + r"(?(system)(?!"
     + _SYSTEM
-    + r"(?![^\s'\"\\])))(?!\$)"
+    + r"(?![^\s'\"\\])(?!"
+    + _URL_AFTER
+    + r")))(?!\$[A-Za-z_{(])"
     + r"(?P<secret>[^\s'\"\\]{1,256})"
 )
 CURL_USER = (
     r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
     + _USER_AND_SECRET
 )
-# The pair glued to the option (``curl -ubob:pass``), read on a ``curl`` command's line, up
-# to 16 words on: a bare ``-u`` literal would be tried at every ``-u`` of every text
-# (``-update``, ``sort -u``) and slow the scan of each.
-CURL_USER_GLUED = (
-    r"(?<![\w-])curl(?:[ \t]{1,8}+[^\s]{1,200}+){0,16}?[ \t]{1,8}+-[uU](?=[^\s'\"\\\-])"
-    + _USER_AND_SECRET
-)
+# The pair glued to the option (``curl -ubob:pass``), read on a ``curl`` command's line (its
+# lines joined by ``\`` at their ends), up to 16 words on: a bare ``-u`` literal would be
+# tried at every ``-u`` of every text (``-update``, ``sort -u``) and slow the scan of each.
+_BLANKS = r"[ \t]{1,8}+(?:\\\r?\n[ \t]{0,8}+)?+"
+_CURL_LINE = r"(?<![\w-])curl(?:" + _BLANKS + r"[^\s]{1,200}+){0,16}?" + _BLANKS
+CURL_USER_GLUED = _CURL_LINE + r"-[uU](?=[^\s'\"\\\-])" + _USER_AND_SECRET
 
 # An ``.npmrc``'s base64 ``user:password`` (``_auth=…``, a registry's ``//host/:_auth=…``),
 # quoted or not; its ``_authToken`` is the keyed pass's ``token``. Only base64 to the value's
@@ -157,22 +159,29 @@ ENCODED_VALUE = (
     r"(?P<secret11>(?:[a-z0-9_.~+\-]|%(?!(?:25)?26)[0-9a-f]{2}){1,500})"
 )
 
-# ``curl``'s cookies on its command line (``-b 'sid=…; theme=dark'``, ``--cookie sid=…``,
-# ``-b sid=…``): a quoted value to its closing quote, a bare one to the next blank. A bare
-# one after ``-b`` is a cookie when neither its name nor its value begins with ``-`` (``make
-# -b CFLAGS=-O2`` is a flag's); a file's name (``--cookie cookies.txt``, ``git checkout -b
-# feature``) has no ``=`` and stays.
+# ``curl``'s cookies on its command line (``-b 'sid=…; theme=dark'``, ``--cookie sid=…``):
+# a quoted value to its closing quote, a bare one to the next blank. ``-b`` quoted anywhere;
+# a file's name (``--cookie cookies.txt``, ``git checkout -b feature``) has no ``=`` and
+# stays.
 CURL_COOKIE = (
-    r"(?<![\w-])(?:(?:-b[ \t][\\'\"](?:(?<=\\)\\{0,2}['\"])?"
+    r"(?<![\w-])(?:-b[ \t][\\'\"](?:(?<=\\)\\{0,2}['\"])?"
     r"|--cookie[ \t=][ \t]{0,3}(?:\\{0,3}['\"])?)"
     r"(?:(?<=['\"])"
     + NOT_REDACTED
     + r"(?P<secret>[^\s;=\"'\\]{1,256}=[^\r\n\"'\\]{0,4096})|(?<!['\"])"
     + NOT_REDACTED
     + r"(?P<secret2>[^\s;=\"'\\]{1,256}=[^\s\"'\\]{0,4096}))"
-    + r"|-b[ \t]{1,3}"
+)
+# ... and a bare ``-b sid=…``, read on a ``curl`` command's line as the glued pair is: a bare
+# ``-b name=value`` is a flag's elsewhere (``git checkout -b feat=x``, ``make -b V=1``), and
+# one whose name or value begins with ``-`` is a flag's on it too (``CFLAGS=-O2``). Its
+# value reads at most 768 characters, so that a match, its 16 words before it, stays within
+# ``REDACT_PAST``.
+CURL_COOKIE_BARE = (
+    _CURL_LINE
+    + r"-b[ \t]{1,3}"
     + NOT_REDACTED
-    + r"(?P<secret3>[^\s;=\"'\\\-][^\s;=\"'\\]{0,255}=(?!-)[^\s\"'\\]{1,4096}))"
+    + r"(?P<secret>[^\s;=\"'\\\-][^\s;=\"'\\]{0,255}=(?!-)[^\s\"'\\]{1,768})"
 )
 
 IN_SYNTAX: tuple[str, ...] = (
@@ -182,6 +191,7 @@ IN_SYNTAX: tuple[str, ...] = (
     COOKIE,
     ACCOUNT_KEY,
     CURL_COOKIE,
+    CURL_COOKIE_BARE,
 )
 """Built-in patterns for credentials in a command's, a file's or a header's syntax."""
 

@@ -65,6 +65,17 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         ("curl -u bob:1234 https://h/", f"curl -u bob:{REDACTED} https://h/"),
         # curl's cookies bare after -b
         (f"curl -b sid={_TOKEN} https://h/", f"curl -b {REDACTED} https://h/"),
+        # ... on a command continued on the next line, glued pair and bare cookie alike
+        (
+            f"curl -s \\\n  -ubob:{_TOKEN} \\\n  -b sid={_TOKEN} https://h/",
+            f"curl -s \\\n  -ubob:{REDACTED} \\\n  -b {REDACTED} https://h/",
+        ),
+        # a system account's name as a login's password: a URL after it
+        ("curl -u root:root https://h/", f"curl -u root:{REDACTED} https://h/"),
+        ("curl -u postgres:postgres https://db/", f"curl -u postgres:{REDACTED} https://db/"),
+        # a ``$`` that begins no variable's name is the password's
+        ("curl -u 'bob:$3cr3tP4ss' https://h/", f"curl -u 'bob:{REDACTED}' https://h/"),
+        ("curl -ubob:$9xYzzy https://h/", f"curl -ubob:{REDACTED} https://h/"),
         # a proxy's basic auth
         (f"curl -U bob:{_TOKEN} https://h/", f"curl -U bob:{REDACTED} https://h/"),
         (
@@ -89,6 +100,12 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         (f"PASS={_TOKEN}", f"PASS={REDACTED}"),
         (f"export PASS='{_TOKEN}'", f"export PASS='{REDACTED}'"),
         (f"PASSWD={_TOKEN} ./login.sh", f"PASSWD={REDACTED} ./login.sh"),
+        # ... on a line of JSON text after an escaped line break or tab (a tool's result)
+        (
+            f'{{"content": "set -e\\nPASS={_TOKEN}\\n"}}',
+            f'{{"content": "set -e\\nPASS={REDACTED}\\n"}}',
+        ),
+        (f'"a\\tPASS={_TOKEN}"', f'"a\\tPASS={REDACTED}"'),
         # .npmrc
         (
             f"//registry.npmjs.org/:_authToken={_TOKEN}",
@@ -161,6 +178,12 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "python -u -c 'print(1)'",
         "ps -uroot -o pid,cmd",
         "make -b CFLAGS=-O2",
+        # -b with a name=value after it, in a command other than curl
+        "git checkout -b feat=x",
+        "gcc -b i686=x main.c",
+        "sort -b k=2 file",
+        "make -b V=1",
+        "grep -b pattern=x file",
         "curl --cookie cookies.txt https://h/",
         "git checkout -b feature/login",
         "curl -b cookies.txt -c cookies.txt https://h/",
@@ -185,7 +208,6 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "pass: true",
         "DB_PASS: no",
         "PASS=true",
-        "accountKey: string",
         "account_key = self.account_key",
         "https://git@github.com/o/r",
         "https://user@example.com/path",
@@ -227,6 +249,8 @@ def test_what_only_looks_like_one_stays(text: str) -> None:
         "pass=",
         "account_key: ",
         "-b a=",
+        "curl \\\n",
+        "curl -b a=",
     ],
 )
 def test_a_hostile_run_of_a_rules_literal_reads_in_linear_time(unit: str) -> None:
