@@ -366,10 +366,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _secret_value(KEYED_BLOCK),
     # A bare ``PASS=…`` (a shell's, an ``.env`` file's, a form's ``&pass=…``: never ``--pass=``
     # nor ``pass:``), and a storage account's key as its SDKs and YAML spell it
-    # (``accountKey: …``, ``account_key=…``; a connection string's is ``ACCOUNT_KEY``'s). A
+    # (``accountKey: …``, ``account_key=…``, ``storageAccountKey``; a connection string's is
+    # ``ACCOUNT_KEY``'s), or az's option (``--account-key …``, not a variable's name). A
     # line's start in JSON text is an escape's end (``\nPASS=…``).
     r"(?i)(?:(?<![a-z0-9_.$\-])|(?<=\\[nrt]))pass=" + _SECRET_VALUE,
-    r"(?i)(?<![a-z0-9])account[_\-]?key" + _assigned(3, _KEY_QUOTE) + _AS_QUOTED + _SECRET_VALUE,
+    r"(?i)(?:(?<![a-z0-9])|(?<=[a-z0-9])(?=(?-i:A)))account[_\-]?key(?:"
+    + _assigned(3, _KEY_QUOTE)
+    + _AS_QUOTED
+    + r"|(?<=--account-key)[ \t]{1,3}(?![\"']?\$))"
+    + _SECRET_VALUE,
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

@@ -139,6 +139,13 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
         (f"  account_key={_TOKEN}", f"  account_key={REDACTED}"),
         (f'"accountKey": "{_TOKEN}"', f'"accountKey": "{REDACTED}"'),
         (f"ACCOUNT_KEY: '{_TOKEN}'", f"ACCOUNT_KEY: '{REDACTED}'"),
+        # ... after a camelCase word, as ``storageApiKey`` is read, and as az's option
+        (f"storageAccountKey: {_TOKEN}+abc==", f"storageAccountKey: {REDACTED}"),
+        (
+            f"az storage blob list --account-name a --account-key {_TOKEN}+abc== -o table",
+            f"az storage blob list --account-name a --account-key {REDACTED} -o table",
+        ),
+        (f'--account-key "{_TOKEN}"', f'--account-key "{REDACTED}"'),
         # cookie headers
         (f'Cookie: sid="{_TOKEN}"', f"Cookie: {REDACTED}"),
         (f'Cookie: sid="{_TOKEN}"; b=1\nHost: h', f"Cookie: {REDACTED}\nHost: h"),
@@ -209,6 +216,13 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "DB_PASS: no",
         "PASS=true",
         "account_key = self.account_key",
+        # a storage account's key named in code, not written in it
+        "accountKey: this.key",
+        "accountKey: process.env.AZURE_STORAGE_KEY,",
+        "accountKey?: string | undefined;",
+        "storageAccountKey: string",
+        "az storage account keys list --account-key-type primary",
+        'az storage blob list --account-key "$AZURE_STORAGE_KEY"',
         "https://git@github.com/o/r",
         "https://user@example.com/path",
         "Tests pass: all",
@@ -251,6 +265,8 @@ def test_what_only_looks_like_one_stays(text: str) -> None:
         "-b a=",
         "curl \\\n",
         "curl -b a=",
+        "--account-key ",
+        "xAccountKey: ",
     ],
 )
 def test_a_hostile_run_of_a_rules_literal_reads_in_linear_time(unit: str) -> None:
