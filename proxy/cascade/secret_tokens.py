@@ -114,12 +114,18 @@ CURL_USER = (
     r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
     + _USER_AND_SECRET
 )
-# The pair glued to the option (``curl -ubob:pass``), read on a ``curl`` command's line (its
+# The pair glued to the option (``curl -ubob:pass``, ``'-ubob:pass'``) or to a bundle of flags
+# it ends (``-sSfu bob:pass``, ``-fsSLubob:pass``), read on a ``curl`` command's line (its
 # lines joined by ``\`` at their ends), up to 16 words on: a bare ``-u`` literal would be
 # tried at every ``-u`` of every text (``-update``, ``sort -u``) and slow the scan of each.
 _BLANKS = r"[ \t]{1,8}+(?:\\\r?\n[ \t]{0,8}+)?+"
 _CURL_LINE = r"(?<![\w-])curl(?:" + _BLANKS + r"[^\s]{1,200}+){0,16}?" + _BLANKS
-CURL_USER_GLUED = _CURL_LINE + r"-[uU](?=[^\s'\"\\\-])" + _USER_AND_SECRET
+CURL_USER_GLUED = (
+    _CURL_LINE
+    + r"(?:\\{0,3}['\"])?-(?:[A-Za-z]{1,8}?[uU](?:[ \t]{1,3}(?:\\{0,3}['\"])?)?|[uU])"
+    + r"(?=[^\s'\"\\\-])"
+    + _USER_AND_SECRET
+)
 
 # An ``.npmrc``'s base64 ``user:password`` (``_auth=…``, a registry's ``//host/:_auth=…``),
 # quoted or not; its ``_authToken`` is the keyed pass's ``token``. Only base64 to the value's

@@ -70,6 +70,14 @@ _HEX40 = "0123456789abcdef0123456789abcdef01234567"
             f"curl -s \\\n  -ubob:{_TOKEN} \\\n  -b sid={_TOKEN} https://h/",
             f"curl -s \\\n  -ubob:{REDACTED} \\\n  -b {REDACTED} https://h/",
         ),
+        # ... quoted, or last of a bundle of curl's flags
+        ("curl -s '-ubob:Passw0rd' https://h/", f"curl -s '-ubob:{REDACTED}' https://h/"),
+        (
+            '{"cmd": "curl -s \\"-ubob:Passw0rd\\" https://h/"}',
+            f'{{"cmd": "curl -s \\"-ubob:{REDACTED}\\" https://h/"}}',
+        ),
+        ("curl -sSfu bob:Passw0rd https://h/", f"curl -sSfu bob:{REDACTED} https://h/"),
+        ("curl -fsSLubob:Passw0rd https://h/", f"curl -fsSLubob:{REDACTED} https://h/"),
         # a system account's name as a login's password: a URL after it
         ("curl -u root:root https://h/", f"curl -u root:{REDACTED} https://h/"),
         ("curl -u postgres:postgres https://db/", f"curl -u postgres:{REDACTED} https://db/"),
@@ -184,6 +192,8 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "sudo -u postgres psql",
         "python -u -c 'print(1)'",
         "ps -uroot -o pid,cmd",
+        "curl -XPUT https://h/x:8080",
+        "curl -sSf https://h/ | sort -suk1:2",
         "make -b CFLAGS=-O2",
         # -b with a name=value after it, in a command other than curl
         "git checkout -b feat=x",
@@ -265,6 +275,8 @@ def test_what_only_looks_like_one_stays(text: str) -> None:
         "-b a=",
         "curl \\\n",
         "curl -b a=",
+        "curl -sSfu ",
+        "curl -uuuuuuuuuuuu ",
         "--account-key ",
         "xAccountKey: ",
     ],
