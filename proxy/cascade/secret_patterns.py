@@ -367,14 +367,16 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # A bare ``PASS=…`` (a shell's, an ``.env`` file's, a form's ``&pass=…``: never ``--pass=``
     # nor ``pass:``), and a storage account's key as its SDKs and YAML spell it
     # (``accountKey: …``, ``account_key=…``, ``storageAccountKey``; a connection string's is
-    # ``ACCOUNT_KEY``'s), or az's option (``--account-key …``, not a variable's name). A
+    # ``ACCOUNT_KEY``'s), or az's option (``--account-key …``: base64 only, no variable). A
     # line's start in JSON text is an escape's end (``\nPASS=…``).
     r"(?i)(?:(?<![a-z0-9_.$\-])|(?<=\\[nrt]))pass=" + _SECRET_VALUE,
     r"(?i)(?:(?<![a-z0-9])|(?<=[a-z0-9])(?=(?-i:A)))account[_\-]?key(?:"
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
-    + r"|(?<=--account-key)[ \t]{1,3}(?![\"']?\$))"
-    + _SECRET_VALUE,
+    + _SECRET_VALUE
+    + r"|(?<=--account-key)[ \t]{1,3}(?:\\{0,3}[\"'])?"
+    + NOT_REDACTED
+    + r"(?P<secret12>[A-Za-z0-9+/]{8,1000}+={0,2})(?![^\s\"'\\]))",
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

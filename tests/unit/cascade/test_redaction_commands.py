@@ -233,6 +233,8 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "storageAccountKey: string",
         "az storage account keys list --account-key-type primary",
         'az storage blob list --account-key "$AZURE_STORAGE_KEY"',
+        # no key after the option, its quote at its string's end: the text stays JSON
+        '{"a": {"n": "--account-key \'"}, "b": [1, "z\'"]}',
         "https://git@github.com/o/r",
         "https://user@example.com/path",
         "Tests pass: all",
