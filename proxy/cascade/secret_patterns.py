@@ -173,7 +173,9 @@ def _secret_value(block: str) -> str:
         + GAP
         + ")"
         + OWN_QUOTE
-        + r"|(?P<secret2>[^'\n]{1,500})')|"
+        + r"|(?!"
+        + GAP
+        + r")(?P<secret2>[^'\n]{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"

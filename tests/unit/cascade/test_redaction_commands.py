@@ -233,8 +233,13 @@ def test_a_credential_in_its_own_syntax_is_redacted(text: str, kept: str) -> Non
         "storageAccountKey: string",
         "az storage account keys list --account-key-type primary",
         'az storage blob list --account-key "$AZURE_STORAGE_KEY"',
-        # no key after the option, its quote at its string's end: the text stays JSON
+        # no value after the key or option, its quote at its string's end: the text stays
+        # JSON (the quote's value is not read on into the next string's)
         '{"a": {"n": "--account-key \'"}, "b": [1, "z\'"]}',
+        '{"a": {"n": "PASS=\'"}, "b": [1, "z\'"]}',
+        '{"a": {"n": "accountKey: \'"}, "b": [1, "z\'"]}',
+        '{"a": {"n": "api_key: \'"}, "b": [1, "z\'"]}',
+        '{"l": "{\\"a\\": {\\"n\\": \\"password=\'\\"}, \\"b\\": [1, \\"z\'\\"]}"}',
         "https://git@github.com/o/r",
         "https://user@example.com/path",
         "Tests pass: all",
