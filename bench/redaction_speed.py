@@ -11,10 +11,12 @@ one call and the ratio. Each kind runs twice: as is (``clean``), and with a few 
 different shapes spliced in (``secrets``, one per ~3 KB). Every pair of outputs is checked to
 be identical before it is timed.
 
-``python -m bench.redaction_speed --against main [--rounds 15]`` instead times this checkout's
-``redact`` against another revision's (its ``proxy/cascade/redaction.py`` and the scanner
-that module uses, ``redaction_scan.py`` and ``literals.py``, read with ``git show``; the
-patterns are this checkout's, so it times the code, not the rules) on the texts the proxy
+``python -m bench.redaction_speed --against main [--rounds 15] [--rules]`` instead times this
+checkout's ``redact`` against another revision's (its ``proxy/cascade/redaction.py`` and the
+scanner that module uses, ``redaction_scan.py`` and ``literals.py``, read with ``git show``;
+the patterns are this checkout's, so it times the code, not the rules; with ``--rules`` each
+side has its own revision's built-in patterns too, ``secret_*.py``, so it times both) on the
+texts the proxy
 really redacts: every message of recorded transcripts 1, 2, 4 and 6 (when
 ``../shared/data/trajectories`` is there) and the load generator's agent workload
 (``bench.loadgen_workload.make_workload("large")``). Each round redacts each corpus once with
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
 
-__all__ = ["against", "before", "corpora", "main", "messages", "revision"]
+__all__ = ["against", "before", "corpora", "main", "messages", "revision", "revision_patterns"]
 
 SIZES = (10_000, 100_000, 1_000_000)
 _STDLIB_FILES = (
@@ -258,28 +260,52 @@ def revision(rev: str) -> Redact:
     return fn
 
 
-def against(rev: str, rounds: int) -> int:
-    """Time ``revision(rev)`` against this checkout's ``redact`` on :func:`messages`."""
+_PATTERN_MODULES = ("secret_blocks", "secret_code", "secret_tokens", "secret_patterns")
+
+
+def revision_patterns(rev: str) -> tuple[re.Pattern[str], ...]:
+    """The built-in patterns as of git revision ``rev`` (its ``secret_*.py``, in import order,
+    each bound to the ones before it), compiled by this checkout's ``compile_patterns``."""
+    names = [f"proxy.cascade.{name}" for name in _PATTERN_MODULES]
+    saved = {name: sys.modules.get(name) for name in names}
+    try:
+        for name in _PATTERN_MODULES:
+            sys.modules[f"proxy.cascade.{name}"] = _load(rev, name)
+        sources: tuple[str, ...] = sys.modules["proxy.cascade.secret_patterns"].DEFAULT_PATTERNS
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return compile_patterns(sources, use_defaults=False)
+
+
+def against(rev: str, rounds: int, rules: bool = False) -> int:
+    """Time ``revision(rev)`` against this checkout's ``redact`` on :func:`messages` (with
+    ``rules``, each with its own revision's patterns)."""
     patterns = compile_patterns(())
+    old_patterns = revision_patterns(rev) if rules else patterns
     old = revision(rev)
-    print(f"python {sys.version.split()[0]}; {rev} against this checkout, {rounds} rounds")
+    print(
+        f"python {sys.version.split()[0]}; {rev} against this checkout, {rounds} rounds, "
+        + ("each side's own patterns" if rules else "this checkout's patterns on both sides")
+    )
     print(f"{'corpus':<18}{'texts':>6}{'KB':>7}{'found':>6}{rev:>20}{'this':>20}{'x':>7}")
     for name, texts in messages().items():
         found = 0
         for text in texts:
-            expected = old(text, patterns)
+            expected = old(text, old_patterns)
             if redact(text, patterns) != expected:
                 raise SystemExit(f"{name}: the two versions differ: refusing to time them")
             found += expected[1]
         times: dict[str, list[float]] = {"old": [], "new": []}
         for i in range(rounds):
-            order = (
-                (("old", old), ("new", redact)) if i % 2 == 0 else (("new", redact), ("old", old))
-            )
-            for key, fn in order:
+            sides = (("old", old, old_patterns), ("new", redact, patterns))
+            for key, fn, used in sides if i % 2 == 0 else sides[::-1]:
                 start = time.perf_counter()
                 for text in texts:
-                    fn(text, patterns)
+                    fn(text, used)
                 times[key].append(time.perf_counter() - start)
         a, b = (statistics.median(times[k]) for k in ("old", "new"))
         cells = [
@@ -300,9 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--against", metavar="REV", help="time REV's redact against this one")
     parser.add_argument("--rounds", type=int, default=15, help="rounds of --against")
+    parser.add_argument("--rules", action="store_true", help="--against with REV's patterns")
     args = parser.parse_args(argv)
     if args.against:
-        return against(args.against, args.rounds)
+        return against(args.against, args.rounds, args.rules)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.quick:
         sizes = [s for s in sizes if s <= 100_000]

@@ -15,10 +15,12 @@ __all__ = [
     "BLANK",
     "BLOCK",
     "FLOW_WORDS",
+    "GAP",
     "INDICATOR",
     "KEYED_BLOCK",
     "KEY_COLUMN",
     "NL",
+    "NOT_BETWEEN_STRINGS",
     "OWN_QUOTE",
     "SHORT_BLOCK",
     "THRICE_ESCAPED",
@@ -217,4 +219,35 @@ FLOW_WORDS = (
 OWN_QUOTE = (
     r"(?!(?:\\\"[^'\n]{0,512}+'\"|\\{3}\"[^'\n]{0,512}+'\\?\""
     r"|\\{7}\"[^'\n]{0,512}+'(?:\\|\\{3})?\"))"
+)
+
+
+# What lies between two strings of JSON text, at any depth (``", "``, ``\"}], \"``): a
+# closing bracket, a comma or a colon first, then blanks and brackets alone, no quoted
+# value's text (one holding JSON opens with its brace: ``"{\"user\": …}"``). After a key's
+# text that a string ends with (``"note": "… token: ", "b"``) the quotes around it are that
+# string's end and the next one's start: read as a value's, its text the next string's key,
+# the text was JSON no longer.
+_Q = r"(?:\\{7}|\\{3}|\\)?\""
+_BLANKS = r"(?:\s|\\{1,7}[nrt]){0,32}+"
+# A single-quoted value in JSON text ends at its string's end: one whose text runs, with no
+# quote or backslash but a line's or a tab's escape, to a string's end and the next entry's
+# key (``"token: 'x", "b": "y'"``) or the end of an object or array and more after it
+# (``"}], …``) is read to that string's closing quote, the next string's text kept, so the
+# text stays JSON. Any other is read to its closing quote, as before.
+GAP = (
+    _Q
+    + _BLANKS
+    + r"(?:,"
+    + _BLANKS
+    + _Q
+    + r"[^\"\n]{0,64}?"
+    + _Q
+    + _BLANKS
+    + r":|[\]}]"
+    + _BLANKS
+    + r"(?:[,\]}]|$))"
+)
+NOT_BETWEEN_STRINGS = (
+    r"(?!" + _Q + _BLANKS + r"[,:\]}](?:[\s,:\[\]{}]|\\{1,7}[nrt]){0,64}+" + _Q + ")"
 )

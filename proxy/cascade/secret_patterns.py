@@ -15,10 +15,12 @@ from proxy.cascade.secret_blocks import (
     BLANK,
     BLOCK,
     FLOW_WORDS,
+    GAP,
     INDICATOR,
     KEY_COLUMN,
     KEYED_BLOCK,
     NL,
+    NOT_BETWEEN_STRINGS,
     OWN_QUOTE,
     SHORT_BLOCK,
     THRICE_ESCAPED,
@@ -51,9 +53,10 @@ _KEYWORD = (
     r"|api(?:[_-]|%5f)?key|access(?:[_-]|%5f)?key"
     r"|private(?:[_-]|%5f)?key|auth(?:[_-]|%5f)?key|credentials?)"
 )
-# Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans,
-# nulls, and values already redacted; and source code that names a token or password, which
-# a coding agent reads and edits from: a call or subscript (``token = cast(x)``,
+# Unquoted values that are plainly not secrets: numbers (``"max_tokens": 100``), booleans
+# (YAML 1.1's ``yes``/``no``/``on``/``off`` too: ``all-pass: yes``), nulls, and values
+# already redacted; and source code that names a token or password, which a coding agent
+# reads and edits from: a call or subscript (``token = cast(x)``,
 # ``tokens: Sequence[T]``), a builtin type in an annotation (``password: str``, TypeScript's
 # ``password: string;``: ``BUILTIN_TYPE``) or a generic one (``GENERIC``), a comment
 # after the separator (``if not tokens:  # …``), a printf placeholder (``"tokens: %s"``),
@@ -116,7 +119,7 @@ _KEY_QUOTE = r"(?:(?P<keyquote>\\{7}|\\{3}|\\|)\"|(?:\\{7}|\\{3}|\\)?')?+"
 _AS_QUOTED = r"(?(keyquote)(?:(?=(?P=keyquote)\\{0,8}\")|(?='[^'\"\n]{1,500}')|(?!\\{0,7}[\"'])))"
 _NOT_A_VALUE = (
     r"(?![0-9.]{1,40}" + _END + ")"
-    r"(?!(?:true|false|null|none|nil|undefined)" + _END + ")"
+    r"(?!(?:true|false|yes|no|on|off|null|none|nil|undefined)" + _END + ")"
     r"(?!(?:" + _VALUE + r"){1,500}[(\[])"
     r"(?!" + BUILTIN_TYPE + r"\??(?:[\s,;}\])=|\"']|" + _ESCAPE + r"|$))"
     r"(?!" + GENERIC + TYPE_END + "|" + CODE_TYPE + ")"
@@ -154,41 +157,10 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
-# What lies between two strings of JSON text, at any depth (``", "``, ``\"}], \"``): a
-# closing bracket, a comma or a colon first, then blanks and brackets alone, no quoted
-# value's text (one holding JSON opens with its brace: ``"{\"user\": …}"``). After a key's
-# text that a string ends with (``"note": "… token: ", "b"``) the quotes around it are that
-# string's end and the next one's start: read as a value's, its text the next string's key,
-# the text was JSON no longer.
-_Q = r"(?:\\{7}|\\{3}|\\)?\""
-_BLANKS = r"(?:\s|\\{1,7}[nrt]){0,32}+"
-# A single-quoted value in JSON text ends at its string's end: one whose text runs, with no
-# quote or backslash but a line's or a tab's escape, to a string's end and the next entry's
-# key (``"token: 'x", "b": "y'"``) or the end of an object or array and more after it
-# (``"}], …``) is read to that string's closing quote, the next string's text kept, so the
-# text stays JSON. Any other is read to its closing quote, as before.
-_GAP = (
-    _Q
-    + _BLANKS
-    + r"(?:,"
-    + _BLANKS
-    + _Q
-    + r"[^\"\n]{0,64}?"
-    + _Q
-    + _BLANKS
-    + r":|[\]}]"
-    + _BLANKS
-    + r"(?:[,\]}]|$))"
-)
-_NOT_BETWEEN_STRINGS = (
-    r"(?!" + _Q + _BLANKS + r"[,:\]}](?:[\s,:\[\]{}]|\\{1,7}[nrt]){0,64}+" + _Q + ")"
-)
-
-
 def _secret_value(block: str) -> str:
     return (
         NODE_PROPERTIES
-        + _NOT_BETWEEN_STRINGS
+        + NOT_BETWEEN_STRINGS
         + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
@@ -198,10 +170,12 @@ def _secret_value(block: str) -> str:
         + _CLOSED
         + r"|[^\"\n]{1,500})\""
         + r"|'(?:(?P<secret10>(?:[^'\n\"\\]|\\{1,7}[nrt]){1,500}+)(?="
-        + _GAP
+        + GAP
         + ")"
         + OWN_QUOTE
-        + r"|(?P<secret2>[^'\n]{1,500})')|"
+        + r"|(?!"
+        + GAP
+        + r")(?P<secret2>[^'\n]{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
@@ -392,6 +366,19 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK),
+    # A bare ``PASS=…`` (a shell's, an ``.env`` file's, a form's ``&pass=…``: never ``--pass=``
+    # nor ``pass:``), and a storage account's key as its SDKs and YAML spell it
+    # (``accountKey: …``, ``account_key=…``, ``storageAccountKey``; a connection string's is
+    # ``ACCOUNT_KEY``'s), or az's option (``--account-key …``: base64 only, no variable). A
+    # line's start in JSON text is an escape's end (``\nPASS=…``).
+    r"(?i)(?:(?<![a-z0-9_.$\-])|(?<=\\[nrt]))pass=" + _SECRET_VALUE,
+    r"(?i)(?:(?<![a-z0-9])|(?<=[a-z0-9])(?=(?-i:A)))account[_\-]?key(?:"
+    + _assigned(3, _KEY_QUOTE)
+    + _AS_QUOTED
+    + _SECRET_VALUE
+    + r"|(?<=--account-key)[ \t]{1,3}(?:\\{0,3}[\"'])?"
+    + NOT_REDACTED
+    + r"(?P<secret12>[A-Za-z0-9+/]{8,1000}+={0,2})(?![^\s\"'\\]))",
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

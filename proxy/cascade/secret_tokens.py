@@ -78,20 +78,53 @@ _WRAPPED = (
     r"|(?<=\\n[A-Za-z0-9+/]{64})|(?<=\\n[A-Za-z0-9+/]{76}))(?:\r?\n|\\n)"
 )
 
-# ``curl``'s basic auth (``-u user:pass``, ``-uuser:pass``, ``--user user:pass``,
+# ``curl``'s basic auth (``-u user:pass``, ``-u'user:pass'``, ``--user user:pass``,
 # ``--user=user:pass``, a proxy's ``-U``/``--proxy-user``, the pair quoted or not, its
 # quotes escaped in JSON text):
-# the user stays, the password goes. Five digits or fewer are a group's id (``docker run -u
-# 1000:1000``), as is a password that repeats the user with no URL after it on the line (``--user
-# www-data:www-data``; ``curl -u admin:admin http://…`` is a login); one that
-# begins with ``$`` a variable's name, and a user without a colon after it (``git push -u
-# origin``, ``sudo -u postgres``) no pair.
+# the user stays, the password goes. With no URL after it on the line, a password of five
+# digits or fewer is a group's id (``docker run -u 1000:1000``, ``--user www-data:33``), as is
+# one that repeats the user (``--user www-data:www-data``; ``curl -u admin:admin http://…``
+# and ``curl -u bob:1234 http://…`` are logins); a well-known system account's with a
+# well-known group is one too (``--user nobody:nogroup``, ``-u root:wheel``), but with a URL
+# after it a login's (``curl -u root:root https://…``). One that begins with ``$`` and a
+# name is a variable's (``bob:$PASS``, ``"bob:${PASS}"``: no secret in the text; ``$3cr…``
+# is a password's), and a user without a colon after it (``git push -u origin``, ``sudo -u
+# postgres``) no pair.
+_URL_AFTER = r"(?=[^\r\n:]{0,256}+://)"
+_SYSTEM = (
+    r"(?:root|nobody|nogroup|daemon|bin|sys|adm|wheel|staff|users|sudo|docker|www-data"
+    r"|nginx|apache|http|mail|postgres|mysql|redis|node|operator|games|systemd-[a-z]{1,16})"
+)
+_USER_AND_SECRET = (
+    r"(?:(?="
+    + _SYSTEM
+    + r":)(?P<system>))?+(?P<user>[^\s:'\"@$\\]{0,128}+):"
+    + NOT_REDACTED
+    + r"(?!(?:(?P=user)|[0-9]{1,5})(?![^\s'\"\\])(?!"
+    + _URL_AFTER
+    + "))"
+    + r"(?(system)(?!"
+    + _SYSTEM
+    + r"(?![^\s'\"\\])(?!"
+    + _URL_AFTER
+    + r")))(?!\$[A-Za-z_{(])"
+    + r"(?P<secret>[^\s'\"\\]{1,256})"
+)
 CURL_USER = (
     r"(?<![\w-])(?:-[uU][ \t'\"]|--(?:proxy-)?user[ \t=])[ \t]{0,3}(?:\\{0,3}['\"])?"
-    r"(?P<user>[^\s:'\"@$\\]{0,128}+):"
-    + NOT_REDACTED
-    + r"(?!(?P=user)(?![^\s'\"\\])(?![^\r\n:]{0,256}+://))(?![0-9]{1,5}(?![^\s'\"\\]))(?!\$)"
-    + r"(?P<secret>[^\s'\"\\]{1,256})"
+    + _USER_AND_SECRET
+)
+# The pair glued to the option (``curl -ubob:pass``, ``'-ubob:pass'``) or to a bundle of flags
+# it ends (``-sSfu bob:pass``, ``-fsSLubob:pass``), read on a ``curl`` command's line (its
+# lines joined by ``\`` at their ends), up to 16 words on: a bare ``-u`` literal would be
+# tried at every ``-u`` of every text (``-update``, ``sort -u``) and slow the scan of each.
+_BLANKS = r"[ \t]{1,8}+(?:\\\r?\n[ \t]{0,8}+)?+"
+_CURL_LINE = r"(?<![\w-])curl(?:" + _BLANKS + r"[^\s]{1,200}+){0,16}?" + _BLANKS
+CURL_USER_GLUED = (
+    _CURL_LINE
+    + r"(?:\\{0,3}['\"])?-(?:[A-Za-z]{1,8}?[uU](?:[ \t]{1,3}(?:\\{0,3}['\"])?)?|[uU])"
+    + r"(?=[^\s'\"\\\-])"
+    + _USER_AND_SECRET
 )
 
 # An ``.npmrc``'s base64 ``user:password`` (``_auth=…``, a registry's ``//host/:_auth=…``),
@@ -133,9 +166,9 @@ ENCODED_VALUE = (
 )
 
 # ``curl``'s cookies on its command line (``-b 'sid=…; theme=dark'``, ``--cookie sid=…``):
-# a quoted value to its closing quote, a bare one to the next blank. ``-b`` only quoted
-# (a bare ``-b `` is in too many commands, ``git checkout -b``, to look for); a file's name
-# (``--cookie cookies.txt``) has no ``=`` and stays.
+# a quoted value to its closing quote, a bare one to the next blank. ``-b`` quoted anywhere;
+# a file's name (``--cookie cookies.txt``, ``git checkout -b feature``) has no ``=`` and
+# stays.
 CURL_COOKIE = (
     r"(?<![\w-])(?:-b[ \t][\\'\"](?:(?<=\\)\\{0,2}['\"])?"
     r"|--cookie[ \t=][ \t]{0,3}(?:\\{0,3}['\"])?)"
@@ -145,8 +178,27 @@ CURL_COOKIE = (
     + NOT_REDACTED
     + r"(?P<secret2>[^\s;=\"'\\]{1,256}=[^\s\"'\\]{0,4096}))"
 )
+# ... and a bare ``-b sid=…``, read on a ``curl`` command's line as the glued pair is: a bare
+# ``-b name=value`` is a flag's elsewhere (``git checkout -b feat=x``, ``make -b V=1``), and
+# one whose name or value begins with ``-`` is a flag's on it too (``CFLAGS=-O2``). Its
+# value reads at most 768 characters, so that a match, its 16 words before it, stays within
+# ``REDACT_PAST``.
+CURL_COOKIE_BARE = (
+    _CURL_LINE
+    + r"-b[ \t]{1,3}"
+    + NOT_REDACTED
+    + r"(?P<secret>[^\s;=\"'\\\-][^\s;=\"'\\]{0,255}=(?!-)[^\s\"'\\]{1,768})"
+)
 
-IN_SYNTAX: tuple[str, ...] = (CURL_USER, NPM_AUTH, COOKIE, ACCOUNT_KEY, CURL_COOKIE)
+IN_SYNTAX: tuple[str, ...] = (
+    CURL_USER,
+    CURL_USER_GLUED,
+    NPM_AUTH,
+    COOKIE,
+    ACCOUNT_KEY,
+    CURL_COOKIE,
+    CURL_COOKIE_BARE,
+)
 """Built-in patterns for credentials in a command's, a file's or a header's syntax."""
 
 SHAPED: tuple[str, ...] = (

@@ -77,22 +77,29 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
             *("--user\t", "--user ", "--user=", "-U\t", "-U ", '-U"', "-U'"),
             *("-u\t", "-u ", '-u"', "-u'"),
         ),
+        # its pair glued to the option, on a curl command's line
+        ("curl",),
         ("_auth",),
         ("cookie",),
         ("accountkey",),
-        # curl's cookies on its command line
+        # curl's cookies on its command line, quoted
         (
             *("--cookie\t", "--cookie ", "--cookie="),
             *('-b\t"', "-b\t'", "-b\t\\", '-b "', "-b '", "-b \\"),
         ),
+        # ... and bare, on a curl command's line
+        ("curl",),
         # a bare ``pass`` after another word (``DB_PASS``), from the separator before it
         ("-pass", ".pass", "_pass"),
+        # a bare ``PASS=``, a storage account's key as its SDKs spell it
+        ("pass=",),
+        ("account-key", "account_key", "accountkey"),
     ]
     assert starts[19] == ("secret",)  # its ``aws`` read behind: the keyed pass's literal
     assert {"password", "passwd", "pwd", "api_key", "apikey", "token", "credential"} <= set(
         starts[KEYED]
     )
-    assert [plan_of(p).folded for p in PATTERNS].count(True) == 11
+    assert [plan_of(p).folded for p in PATTERNS].count(True) == 13
     # a literal without letters needs no exact-case check of its hits (``://`` is frequent)
     assert plan_of(PATTERNS[17]).keys == {
         "://": None,
@@ -122,6 +129,7 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         "-b\t'",
         '-b\t"',
         "-b\t\\",
+        "curl",
         "--user ",
         "--user\t",
         "--user=",
@@ -134,6 +142,9 @@ def test_every_default_pattern_is_only_tried_where_its_literal_occurs() -> None:
         "_pass",
         ".pass",
         "-pass",
+        "pass=",
+        "account_key",
+        "account-key",
     }
     text = "x AKIA akia ghp_ ghx_ Token"
     found = scanner.find(text)
@@ -262,7 +273,7 @@ _MANY_PIECES = st.sampled_from(
 def test_past_64_literals_each_automaton_holds_at_most_64() -> None:
     scanner = scanner_for(_MANY)
     assert len(scanner.literals) > 200
-    assert [len(a.literals) for a in scanner.automata] == [64, 64, 64, 47]
+    assert [len(a.literals) for a in scanner.automata] == [64, 64, 64, 51]
     # The built-in patterns' literals come first: their automaton is the one they have alone.
     assert scanner.automata[0].literals == scanner_for(PATTERNS).automata[0].literals
 
