@@ -15,6 +15,8 @@ from urllib.parse import unquote, unquote_plus
 
 from fastapi import Depends, HTTPException, Request
 
+from proxy import requestlog
+from proxy.api.body_coding import codings, decoded
 from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
@@ -193,8 +195,13 @@ MAX_BODY_VALUES = "CASCADE_MAX_BODY_VALUES"
 
 async def read_body(request: Request, limit: int, *, setting: str | None = None) -> bytes:
     """The request body, or 413 past ``limit`` bytes (declared or streamed), cut off there:
-    a longer body is never read whole. The 413 names ``setting`` when one sets the limit."""
+    a longer body is never read whole. The 413 names ``setting`` when one sets the limit.
+    A body with a ``Content-Encoding`` is decoded, bounded by ``limit`` too, or refused
+    (``body_coding``); the request's access line names the coding."""
     where = f" ({setting})" if setting else ""
+    if (coding := request.headers.get("content-encoding")) and (record := requestlog.current()):
+        record.content_encoding = coding[:64]
+    applied = codings(coding)  # the 415, before any byte is read
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
@@ -206,7 +213,7 @@ async def read_body(request: Request, limit: int, *, setting: str | None = None)
         if size > limit:
             raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes{where}")
         chunks.append(chunk)
-    return b"".join(chunks)
+    return decoded(b"".join(chunks), applied, limit, where) if applied else b"".join(chunks)
 
 
 API_BODY_LIMIT = 64 << 10
