@@ -12,16 +12,25 @@ names it (README Decisions, "Compressed request bodies").
 
 from __future__ import annotations
 
+import re
 import zlib
 
 from proxy.errors import ClientRequestError, PayloadTooLarge, UnsupportedMediaType
 
-__all__ = ["DECODED", "codings", "decoded"]
+__all__ = ["DECODED", "codings", "decoded", "shown"]
 
 DECODED = ("gzip", "deflate")
 """The content codings a request body may come in (``x-gzip`` is ``gzip``'s old name)."""
 
 _ALIASES = {"x-gzip": "gzip"}
+_TOKEN = re.compile(r"[A-Za-z0-9._+-]{1,40}(?:, ?[A-Za-z0-9._+-]{1,40}){0,3}")
+
+
+def shown(header: str) -> str:
+    """``header`` (a ``Content-Encoding``) as a message or the access line may quote it:
+    as it came when it reads as a few codings' names, else ``unreadable`` (a header the
+    client wrote: no free text of its reaches a log)."""
+    return header if _TOKEN.fullmatch(header) else "unreadable"
 
 
 def codings(header: str | None) -> list[str]:
@@ -31,10 +40,9 @@ def codings(header: str | None) -> list[str]:
     out = [_ALIASES.get(c, c) for c in named if c != "identity"]
     for coding in out:
         if coding not in DECODED:
-            shown = coding if len(coding) <= 40 else coding[:39] + "…"
             raise UnsupportedMediaType(
-                f"request body is Content-Encoding {shown!r}, which the proxy does not decode;"
-                f" send it uncompressed, or as {' or '.join(DECODED)}",
+                f"request body is Content-Encoding {shown(coding)!r}, which the proxy does not"
+                f" decode; send it uncompressed, or as {' or '.join(DECODED)}",
                 code="unsupported_content_encoding",
             )
     return out

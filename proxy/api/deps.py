@@ -16,7 +16,7 @@ from urllib.parse import unquote, unquote_plus
 from fastapi import Depends, HTTPException, Request
 
 from proxy import requestlog
-from proxy.api.body_coding import codings, decoded
+from proxy.api.body_coding import codings, decoded, shown
 from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
@@ -200,7 +200,7 @@ async def read_body(request: Request, limit: int, *, setting: str | None = None)
     (``body_coding``); the request's access line names the coding."""
     where = f" ({setting})" if setting else ""
     if (coding := request.headers.get("content-encoding")) and (record := requestlog.current()):
-        record.content_encoding = coding[:64]
+        record.content_encoding = shown(coding)
     applied = codings(coding)  # the 415, before any byte is read
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:

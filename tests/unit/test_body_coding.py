@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from proxy.api.body_coding import codings, decoded
+from proxy.api.body_coding import codings, decoded, shown
 from proxy.errors import ClientRequestError, PayloadTooLarge, UnsupportedMediaType
 
 BODY = b'{"messages": [{"role": "user", "content": "hi"}]}'
@@ -26,6 +26,14 @@ def test_the_codings_taken_and_their_order() -> None:
     with pytest.raises(UnsupportedMediaType) as refused:
         codings("gzip, br")
     assert refused.value.status_code == 415 and "'br'" in refused.value.message
+    with pytest.raises(UnsupportedMediaType) as odd:
+        codings("gzip, a coding\x7f of words")
+    assert "'unreadable'" in odd.value.message and "words" not in odd.value.message
+
+
+def test_a_header_is_quoted_only_when_it_reads_as_codings() -> None:
+    assert shown("gzip") == "gzip" and shown("deflate, gzip") == "deflate, gzip"
+    assert shown("x" * 41) == "unreadable" and shown("my secret words") == "unreadable"
 
 
 @pytest.mark.parametrize(
