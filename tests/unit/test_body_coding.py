@@ -45,6 +45,7 @@ def test_a_header_is_quoted_only_when_it_reads_as_codings() -> None:
         (_raw_deflate(BODY), ["deflate"]),  # without zlib's header, as some clients send
         (gzip.compress(zlib.compress(BODY)), ["deflate", "gzip"]),
     ],
+    ids=["gzip", "gzip-members", "deflate", "raw-deflate", "deflate-gzip"],
 )
 def test_a_body_is_decoded_whole(sent: bytes, applied: list[str]) -> None:
     assert decoded(sent, applied, 1024) == BODY
@@ -64,7 +65,9 @@ def test_a_body_decoding_past_the_limit_is_the_413_and_is_not_held() -> None:
 
 
 @pytest.mark.parametrize(
-    "sent", [b"not gzip", gzip.compress(BODY)[:-12], gzip.compress(BODY) + b"x"]
+    "sent",
+    [b"not gzip", gzip.compress(BODY)[:-12], gzip.compress(BODY) + b"x"],
+    ids=["not-gzip", "cut-short", "trailing-byte"],
 )
 def test_a_body_that_does_not_decode_is_the_400(sent: bytes) -> None:
     with pytest.raises(ClientRequestError) as refused:
