@@ -211,7 +211,7 @@ async def _promote(
     job: Any,
     span: Sequence[Message],
     count: TokenCounter,
-    busy: _Busy,
+    busy: _Busy | None = None,
 ) -> None:
     window = job.fast_limits.context_limit
     budget = (
@@ -232,6 +232,7 @@ async def _promote(
         "max_tokens": _OUTPUT_TOKENS,
         "temperature": 0,
     }
+    busy = _Busy() if busy is None else busy  # ``promote``'s, which reads it after
     resp = await _asked(upstream, job, body, busy)  # its errors are no reply's fault
     if _format_refused(resp):  # a provider without structured outputs: the prompt asks too
         del body["response_format"]
