@@ -18,8 +18,10 @@ by its session, and its next request takes it over (``services/promotion_owed.py
 
 A call the proxy's own budget of whole answers refuses (``ServerBusy``: no fault of the fast
 model's nor of the span's) waits for the budget's room and is asked again, as a summary's
-is (``compaction_job._call``); one still waiting when the promotion's bound ends leaves the
-span owed, for the next request to take over, where a failure settles it.
+is (``compaction_job._call``), for at most ``answer_budget.WAIT_SECONDS`` in all when a
+request waits on it (a forced compaction's); one still waiting when that or the promotion's
+bound ends leaves the span owed, for the next request to take over, where a failure settles
+it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy import answer_budget
 from proxy.cascade.memory import (
     MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
@@ -181,14 +184,27 @@ def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
 
 
 class _Busy:
-    """Whether a promotion waits for the budget's room now (``_asked``)."""
+    """Whether a promotion waits for the budget's room now (``_asked``), and, for one a
+    request waits on, the loop time its waits end by."""
 
     waiting = False
+    room_by: float | None = None
+
+    def bound(self, job: Any) -> asyncio.Timeout:
+        """The bound of one wait for room: none but the promotion's own, or for a job a
+        request waits on (``CompactionJob.waited_on``: a forced compaction, which promotes
+        before it answers) ``answer_budget.WAIT_SECONDS`` in all, as its summary waits."""
+        if not getattr(job, "waited_on", False):
+            return asyncio.timeout(None)
+        if self.room_by is None:
+            self.room_by = asyncio.get_running_loop().time() + answer_budget.WAIT_SECONDS
+        return asyncio.timeout_at(self.room_by)
 
 
 async def _asked(upstream: Any, job: Any, body: dict[str, Any], busy: _Busy) -> Any:
     """``post_fast_model``'s reply, asked again after the budget's room each time the
-    budget refuses the call (a pause after the room, growing, as a summary's)."""
+    budget refuses the call (a pause after the room, growing, as a summary's), within
+    ``busy``'s bound."""
     refused = 0
     while True:
         try:
@@ -199,8 +215,9 @@ async def _asked(upstream: Any, job: Any, body: dict[str, Any], busy: _Busy) -> 
                 "memory promotion for %s waits for the budget of whole answers", job.session_id
             )
         busy.waiting = True
-        await upstream.budget.room()
-        await asyncio.sleep(min(0.2 * 2 ** min(refused - 1, 4), 2.0))
+        async with busy.bound(job):  # past it: ``promote`` leaves the span owed
+            await upstream.budget.room()
+            await asyncio.sleep(min(0.2 * 2 ** min(refused - 1, 4), 2.0))
         busy.waiting = False
 
 

@@ -5,12 +5,14 @@ the session's next request to take over, rather than being settled as failed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from proxy import answer_budget
 from proxy.config import ModelConfig
 from proxy.errors import ServerBusy
 from proxy.services import promotion
@@ -92,4 +94,18 @@ async def test_one_refused_past_its_bound_stays_owed(
     monkeypatch.setattr(promotion, "BOUND_SECONDS", 0.3)
     upstream = _Upstream(refusals=1000)
     await promotion.promote(upstream, None, _Lent(), _JOB, _SPAN, count=_count, owed=(0, 4))
+    assert upstream.calls >= 1 and settled == []
+
+
+async def test_one_a_request_waits_on_waits_for_room_as_its_summary_does(
+    settled: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forced compaction's request runs its promotion before it answers: the budget's
+    room is waited for ``answer_budget.WAIT_SECONDS`` in all, as the summary's is, not the
+    promotion's whole bound; the span then stays owed."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.3)
+    upstream = _Upstream(refusals=1000)
+    job = SimpleNamespace(**{**vars(_JOB), "waited_on": True})
+    async with asyncio.timeout(3):
+        await promotion.promote(upstream, None, _Lent(), job, _SPAN, count=_count, owed=(0, 4))
     assert upstream.calls >= 1 and settled == []
