@@ -105,3 +105,20 @@ def test_a_coding_the_proxy_does_not_decode_is_the_415_naming_it(
         (400, "gzip"),
     ]
     assert fake_upstream.requests == []
+
+
+def test_the_session_and_memory_apis_bound_the_decoded_body(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Their 64 KiB is counted on the decoded bytes too, whatever the body sent weighs."""
+    proxy = start_proxy(write_config(tmp_path / "c.json", fake_upstream.url))
+    packed = gzip.compress(b'{"content": "' + b"a" * (80 << 10) + b'"}')
+    assert len(packed) < 4096
+    headers = {"content-encoding": "gzip", "authorization": "Bearer sk-test-client"}
+    with httpx.Client(base_url=proxy.origin) as http:
+        for path in ("/v1/memory", "/v1/sessions/s-1/branch"):
+            answer = http.post(path, content=packed, headers=headers)
+            assert answer.status_code == 413, (path, answer.text)
+            assert (
+                "decodes (gzip) past the limit of 65536 bytes" in answer.json()["error"]["message"]
+            )
