@@ -102,6 +102,7 @@ async def promote(
     *,
     count: TokenCounter,
     owed: tuple[int, int] | None = None,
+    waited_on: bool = False,
 ) -> None:
     """Extract, sanitise and suggest or store the facts of ``span`` (``job``: the
     compaction's ``CompactionJob``; ``lent``: its connection, given back while the fast
@@ -110,8 +111,10 @@ async def promote(
     owes a promotion for (``summaries.insert_summary``) and owes no more once it ends, its
     failures too (they are no stop's: a fast model that refused it would refuse it again);
     one the database cut, or a cancellation, leaves it owed for the next request. One past
-    ``BOUND_SECONDS`` ends as a failure, but for one waiting for the budget's room: owed."""
-    settled, busy = owed is not None, _Busy()
+    ``BOUND_SECONDS`` ends as a failure, but for one waiting for the budget's room: owed.
+    ``waited_on``: a request waits for it (a forced compaction's), so its waits for the
+    budget's room are bounded as the summary's are (``_Busy``)."""
+    settled, busy = owed is not None, _Busy(waited_on)
     try:
         async with asyncio.timeout(BOUND_SECONDS):
             await _promote(upstream, bus, lent, job, span, count, busy)
@@ -187,14 +190,14 @@ class _Busy:
     """Whether a promotion waits for the budget's room now (``_asked``), and, for one a
     request waits on, the loop time its waits end by."""
 
-    waiting = False
-    room_by: float | None = None
+    def __init__(self, waited_on: bool = False) -> None:
+        self.waited_on, self.waiting = waited_on, False
+        self.room_by: float | None = None
 
-    def bound(self, job: Any) -> asyncio.Timeout:
-        """The bound of one wait for room: none but the promotion's own, or for a job a
-        request waits on (``CompactionJob.waited_on``: a forced compaction, which promotes
-        before it answers) ``answer_budget.WAIT_SECONDS`` in all, as its summary waits."""
-        if not getattr(job, "waited_on", False):
+    def bound(self) -> asyncio.Timeout:
+        """The bound of one wait for room: none but the promotion's own, or for one a
+        request waits on ``answer_budget.WAIT_SECONDS`` in all, as its summary waits."""
+        if not self.waited_on:
             return asyncio.timeout(None)
         if self.room_by is None:
             self.room_by = asyncio.get_running_loop().time() + answer_budget.WAIT_SECONDS
@@ -215,7 +218,7 @@ async def _asked(upstream: Any, job: Any, body: dict[str, Any], busy: _Busy) -> 
                 "memory promotion for %s waits for the budget of whole answers", job.session_id
             )
         busy.waiting = True
-        async with busy.bound(job):  # past it: ``promote`` leaves the span owed
+        async with busy.bound():  # past it: ``promote`` leaves the span owed
             await upstream.budget.room()
             await asyncio.sleep(min(0.2 * 2 ** min(refused - 1, 4), 2.0))
         busy.waiting = False

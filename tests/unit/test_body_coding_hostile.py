@@ -37,7 +37,7 @@ def _request(body: bytes, headers: list[tuple[bytes, bytes]]) -> Request:
 
 def test_many_tiny_gzip_members_are_refused_at_once() -> None:
     """Each member of a ``gzip`` body costs a decoder and a copy of what follows it: a body
-    of tens of thousands of empty members held the event loop for seconds."""
+    of tens of thousands of empty members would hold the event loop for seconds."""
     members = gzip.compress(b"") * 100_000  # 2 MB, decoding to nothing
     started = time.perf_counter()
     with pytest.raises(ClientRequestError) as refused:

@@ -105,7 +105,8 @@ async def test_one_a_request_waits_on_waits_for_room_as_its_summary_does(
     promotion's whole bound; the span then stays owed."""
     monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.3)
     upstream = _Upstream(refusals=1000)
-    job = SimpleNamespace(**{**vars(_JOB), "waited_on": True})
     async with asyncio.timeout(3):
-        await promotion.promote(upstream, None, _Lent(), job, _SPAN, count=_count, owed=(0, 4))
+        await promotion.promote(
+            upstream, None, _Lent(), _JOB, _SPAN, count=_count, owed=(0, 4), waited_on=True
+        )
     assert upstream.calls >= 1 and settled == []
