@@ -110,3 +110,16 @@ async def test_one_a_request_waits_on_waits_for_room_as_its_summary_does(
             upstream, None, _Lent(), _JOB, _SPAN, count=_count, owed=(0, 4), waited_on=True
         )
     assert upstream.calls >= 1 and settled == []
+
+
+async def test_one_run_apart_waits_within_its_own_bound(
+    settled: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hard threshold's job is waited on, but its promotion runs apart (no request waits
+    for it): the budget's room is waited for within the promotion's own bound."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(promotion, "BOUND_SECONDS", 0.5)
+    upstream = _Upstream(refusals=1000)
+    job = SimpleNamespace(**{**vars(_JOB), "waited_on": True})
+    await promotion.promote(upstream, None, _Lent(), job, _SPAN, count=_count, owed=(0, 4))
+    assert upstream.calls >= 2 and settled == []
