@@ -220,7 +220,7 @@ async def _asked(upstream: Any, job: Any, body: dict[str, Any], busy: _Busy) -> 
         busy.waiting = True
         async with busy.bound():  # past it: ``promote`` leaves the span owed
             await upstream.budget.room()
-            await asyncio.sleep(min(0.2 * 2 ** min(refused - 1, 4), 2.0))
+            await asyncio.sleep(answer_budget.refused_pause(refused))
         busy.waiting = False
 
 
