@@ -122,3 +122,21 @@ def test_the_session_and_memory_apis_bound_the_decoded_body(
             assert (
                 "decodes (gzip) past the limit of 65536 bytes" in answer.json()["error"]["message"]
             )
+
+
+def test_a_chunked_gzip_body_is_counted_as_sent_and_decoded(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A body sent in chunks (no Content-Length): its bytes as sent are bounded as they
+    come, its decoded bytes as they decode, the same limit."""
+    proxy = start_proxy(write_config(tmp_path / "c.json", fake_upstream.url), max_body_bytes=4096)
+    chat = b'{"model": "gpt-fake", "messages": [{"role": "user", "content": "chunked"}]}'
+    bomb = gzip.compress(chat[:-1] + b', "pad": "' + b" " * 100_000 + b'"}')
+    headers = {"content-encoding": "gzip", "authorization": "Bearer sk-test-client"}
+    with httpx.Client(base_url=proxy.origin) as http:
+        for body, status in ((gzip.compress(chat), 200), (bomb, 413)):
+            sent = http.post(
+                "/v1/chat/completions", content=iter([body[:10], body[10:]]), headers=headers
+            )
+            assert sent.status_code == status, sent.text
+    assert fake_upstream.requests[-1].json["messages"][-1]["content"] == "chunked"
