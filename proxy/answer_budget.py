@@ -44,6 +44,7 @@ from proxy.errors import ServerBusy
 __all__ = [
     "DEFAULT_LIMIT",
     "WAIT_SECONDS",
+    "refused_pause",
     "AnswerBudget",
     "Arrivals",
     "Lease",
@@ -53,6 +54,14 @@ __all__ = [
 
 WAIT_SECONDS = 5.0
 """How long an answer arriving over the budget waits for room before its 503."""
+
+
+def refused_pause(refused: int) -> float:
+    """The pause after the budget's room before a call it refused ``refused`` times (a
+    summary's, a promotion's) is asked again: an answer refused as it arrived was paid
+    for, so a burst of refusals backs off, doubling to at most 2 s."""
+    return min(0.2 * 2.0 ** min(refused - 1, 4), 2.0)
+
 
 _SETTING = "CASCADE_MAX_HELD_ANSWER_BYTES"
 

@@ -4,7 +4,8 @@
 
     ProxyError
       ├ ClientRequestError (400: bad session id, malformed body)
-      │   └ PayloadTooLarge (413)
+      │   ├ PayloadTooLarge (413)
+      │   └ UnsupportedMediaType (415: a body's Content-Encoding the proxy does not decode)
       ├ ContextLengthExceeded (400, code "context_length_exceeded"; lives in cascade.types)
       ├ Unauthorized (401: a missing or unknown key)
       ├ PermissionDenied (403: a proxy key limited to other agents)
@@ -38,6 +39,7 @@ __all__ = [
     "EMPTY_ARRAY",
     "INVALID_VALUE",
     "PayloadTooLarge",
+    "UnsupportedMediaType",
     "NotFound",
     "Unauthorized",
     "PermissionDenied",
@@ -100,6 +102,11 @@ INVALID_VALUE = "invalid_value"
 class PayloadTooLarge(ClientRequestError):
     status_code = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(ClientRequestError):
+    status_code = 415
+    code = "unsupported_media_type"
 
 
 class Unauthorized(ProxyError):

@@ -182,6 +182,8 @@ class AccessLog:
             }
             if record.session_waited:  # only on the lines of requests that waited
                 fields["session_wait_ms"] = round(record.session_waited * 1000, 2)
+            if record.content_encoding:  # a compressed body's (decoded, or the 415's)
+                fields["content_encoding"] = record.content_encoding
             if gone:  # a stream the user stopped keeps the 200 its answer began with
                 fields["client_gone"] = True
             access_log.info(

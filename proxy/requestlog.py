@@ -44,6 +44,7 @@ class RequestRecord:
     upstream_waited: float = 0.0  # provider time up to each answer's first byte (streams)
     waits: list[float] = field(default_factory=list)  # calls not at their first byte yet
     session_waited: float | None = None  # time waiting for the session; None: never asked
+    content_encoding: str | None = None  # the body's Content-Encoding, when it named one
     obs: Any = None  # proxy.observe.RequestObs when the app observes requests
 
 

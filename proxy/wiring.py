@@ -94,6 +94,14 @@ _DEPLOYMENTS = (
 )  # not "nor OpenAI's under /v1/": an AzureOpenAI given the /v1 URL would read it as no chat
 
 
+_DEPLOYMENT_MODELS = re.compile(r"/openai/deployments/[^/]+/models(?:/|$)")
+_LISTED_AT = (
+    "; Azure lists models at /openai/models, under no deployment (it answers this path 404 "
+    "too): give AzureOpenAI the proxy's origin as its azure_endpoint, not a deployment's URL "
+    "as its base_url, and it lists them there (GET /openai/models, /openai/models/<model>)"
+)  # a client given the old-style deployment URL (``…/openai/deployments/<d>``) calls here
+
+
 _OPENAI_UNSERVED = re.compile(
     r"(?:/s/[^/]+)?/v1/(?:chat/completions/.|(?:responses|completions|files|uploads|audio"
     r"|images|moderations|batches|assistants|threads|vector_stores|fine_tuning|realtime"
@@ -111,11 +119,14 @@ _OWN_API = re.compile(r"/v1/(?:sessions|memory)(?:/|$)")  # the proxy's own, no 
 
 def _unserved_hint(path: str) -> str:
     """What a 404's message adds for a path of Azure's (where the SDK's AzureOpenAI puts its
-    calls) or of OpenAI's other APIs: the paths the proxy serves instead. A ``deployments``
+    calls) or of OpenAI's other APIs: the paths the proxy serves instead (for the models
+    under a deployment, where Azure lists them). A ``deployments``
     that is an id (a session's, under ``/s/`` or the session API) is no Azure path's."""
     rest = _SESSION_ROOT.sub("", path, count=1)
     if _OWN_API.match(rest):
         return ""
+    if _DEPLOYMENT_MODELS.match(rest):
+        return _LISTED_AT
     if "/deployments/" in rest or _AZURE_ROOT.match(path):
         return _DEPLOYMENTS
     return _SERVED if _OPENAI_UNSERVED.match(path) else ""

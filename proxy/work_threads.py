@@ -1,7 +1,8 @@
 """The threads the proxy's long CPU work runs on, below both the services and the store:
 :data:`PAGES` for a tool output's page (a grep reads every line of up to ``rawCapBytes``;
-read_tool_output also redacts it) and :data:`HASHES` for the chain hash of a message with a
-long text (``store.client_form.hashes_to``). Not the event loop, which would answer no other
+read_tool_output also redacts it), :data:`HASHES` for the chain hash of a message with a
+long text (``store.client_form.hashes_to``) and :data:`BODIES` for a compressed request body
+decoded up to its limit. Not the event loop, which would answer no other
 request meanwhile, and not its default executor, which also runs a turn's query embedding
 under the turn's retrieval timeout and DNS lookups, where a burst of greps or long hashes
 queued ahead of them would run the timeout out.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["HASHES", "PAGES", "off_loop"]
+__all__ = ["BODIES", "HASHES", "PAGES", "off_loop"]
 
 T = TypeVar("T")
 
@@ -32,6 +33,10 @@ PAGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-page")
 
 HASHES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-hash")
 """Long messages' chain hashes (``cascade-hash_0`` in a thread dump)."""
+
+BODIES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cascade-body")
+"""Compressed request bodies' decoding (``api.body_coding``: zlib lets go of the
+interpreter's lock as it inflates), apart from the pages and hashes a turn waits for."""
 
 
 async def off_loop(threads: Executor, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

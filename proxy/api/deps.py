@@ -15,6 +15,8 @@ from urllib.parse import unquote, unquote_plus
 
 from fastapi import Depends, HTTPException, Request
 
+from proxy import requestlog
+from proxy.api.body_coding import codings, decoded, shown
 from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
@@ -30,6 +32,7 @@ from proxy.session_id import bearer_token, tenant_from_bearer, validate_session_
 from proxy.store import sessions
 from proxy.store.readiness import SharedCheck
 from proxy.upstream import Upstream
+from proxy.work_threads import BODIES, off_loop
 
 __all__ = [
     "PoolDep",
@@ -193,8 +196,15 @@ MAX_BODY_VALUES = "CASCADE_MAX_BODY_VALUES"
 
 async def read_body(request: Request, limit: int, *, setting: str | None = None) -> bytes:
     """The request body, or 413 past ``limit`` bytes (declared or streamed), cut off there:
-    a longer body is never read whole. The 413 names ``setting`` when one sets the limit."""
+    a longer body is never read whole. The 413 names ``setting`` when one sets the limit.
+    A body with a ``Content-Encoding`` is decoded, bounded by ``limit`` too, or refused
+    (``body_coding``) on a thread of its own (``work_threads.BODIES``); the request's access
+    line names the coding."""
     where = f" ({setting})" if setting else ""
+    coding = ", ".join(request.headers.getlist("content-encoding"))  # lines sent: one list
+    if coding and (record := requestlog.current()):
+        record.content_encoding = shown(coding)
+    applied = codings(coding)  # the 415, before any byte is read
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(
@@ -206,7 +216,9 @@ async def read_body(request: Request, limit: int, *, setting: str | None = None)
         if size > limit:
             raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes{where}")
         chunks.append(chunk)
-    return b"".join(chunks)
+    if not applied:
+        return b"".join(chunks)
+    return await off_loop(BODIES, decoded, b"".join(chunks), applied, limit, where)
 
 
 API_BODY_LIMIT = 64 << 10

@@ -64,7 +64,12 @@ BODY_ERRORS: dict[int | str, dict[str, Any]] = {
     ),
     413: error_response(
         "A body over CASCADE_MAX_BODY_BYTES, or holding more JSON values than "
-        "CASCADE_MAX_BODY_VALUES (`code` `payload_too_large`)."
+        "CASCADE_MAX_BODY_VALUES (`code` `payload_too_large`); a gzip or deflate body, "
+        "decoded."
+    ),
+    415: error_response(
+        "A body whose Content-Encoding is none the proxy decodes (gzip, deflate) "
+        "(`code` `unsupported_content_encoding`)."
     ),
     "default": {
         "description": "Any other error: the proxy's own in the same shape (401, 403, 502, "

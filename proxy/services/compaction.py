@@ -381,7 +381,14 @@ class DurableSummarizer:
             owed, facts = (span.from_pos, span.end_pos), span.plan.span
             if job.promotion != "off" and job.trigger in _FORCED:
                 await promote(
-                    self.upstream, self.bus, lent, job, facts, count=self.count, owed=owed
+                    self.upstream,
+                    self.bus,
+                    lent,
+                    job,
+                    facts,
+                    count=self.count,
+                    owed=owed,
+                    waited_on=job.waited_on,
                 )
             elif job.promotion != "off":
                 self._promotions.apart(job, facts, count=self.count, owed=owed)

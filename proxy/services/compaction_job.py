@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import requestlog
-from proxy.answer_budget import WAIT_SECONDS, watch_arrivals
+from proxy.answer_budget import WAIT_SECONDS, refused_pause, watch_arrivals
 from proxy.cascade.briefing import parse_briefing, without_thinking
 from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.redaction import patterns_of
@@ -342,7 +342,7 @@ async def _call(
             tally.waiting = True
             async with _room(job, tally):
                 await upstream.budget.room()
-                await asyncio.sleep(min(0.2 * 2 ** min(busy - 1, 4), 2.0))  # refusals: no bound
+                await asyncio.sleep(refused_pause(busy))  # refusals: no bound
             tally.waiting = False
         tally.calls += 1
         attempt = tally.calls

@@ -15,6 +15,9 @@ again every third of the time to live until the claim is free, or the compaction
 alive on another replica, ended by itself. A session whose row another transaction holds
 locked is skipped too (``SKIP LOCKED``: the start does not wait for it) and tried again as
 often for as long as the lock lasts, which nothing bounds as the claim's time to live does.
+The sweep takes a session's claim as a compaction does, and hands it back with the backoff
+a failed compaction left on it (``Claim.backoff_until``) as it was: a session backing off
+does not start compacting again because the proxy restarted.
 A start that finds no database (or whose pass it refuses) sweeps again in the background,
 as often, until it answers: a compaction's own look closes the session's latest started
 event only, so older ones (two in a row an older version left) are the sweep's alone.
@@ -126,23 +129,28 @@ class Closer:
                 ):
                     if only is not None and (tenant, session_id) not in only:
                         continue
-                    if not await claims.claim_compaction(
+                    claim = await claims.claim_compaction(
                         conn,
                         tenant=tenant,
                         session_id=session_id,
                         owner=owner,
                         ttl=ttl,
                         skip_locked=True,  # a locked row is tried again later (``_again``)
-                    ):
+                    )
+                    if claim is None:
                         held.add((tenant, session_id))
                         if await claims.claim_free(conn, tenant=tenant, session_id=session_id):
                             locked.add((tenant, session_id))  # its row, not its claim, held
                         continue
                     try:
                         closed += await self.close_session(conn, tenant, session_id, every=True)
-                    finally:
+                    finally:  # a failure's backoff the claim took over stays
                         await claims.release_compaction(
-                            conn, tenant=tenant, session_id=session_id, owner=owner
+                            conn,
+                            tenant=tenant,
+                            session_id=session_id,
+                            owner=owner,
+                            until=claim.backoff_until,
                         )
         except (DatabaseUnavailable, PoolExhausted) as exc:
             if not quiet:

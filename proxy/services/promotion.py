@@ -15,6 +15,13 @@ for that one, and needs its summary, not the facts). Either way the connection (
 goes back to the pool before the fast model is asked and is borrowed again only to write,
 so a slow extraction holds none (issue 24). A promotion that a stop or a kill cuts is owed
 by its session, and its next request takes it over (``services/promotion_owed.py``).
+
+A call the proxy's own budget of whole answers refuses (``ServerBusy``: no fault of the fast
+model's nor of the span's) waits for the budget's room and is asked again, as a summary's
+is (``compaction_job._call``), for at most ``answer_budget.WAIT_SECONDS`` in all when a
+request waits on it (a forced compaction's); one still waiting when that or the promotion's
+bound ends leaves the span owed, for the next request to take over, where a failure settles
+it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy import answer_budget
 from proxy.cascade.memory import (
     MAX_FACTS_PER_SPAN,
     MEMORY_FACTS_FORMAT,
@@ -45,6 +53,7 @@ from proxy.cascade.memory import (
 from proxy.cascade.redaction import redact
 from proxy.cascade.text import content_text
 from proxy.cascade.types import MEMORY_SUGGESTION, Message, TokenCounter
+from proxy.errors import ServerBusy
 from proxy.services.fastmodel import output_tokens, post_fast_model, read_fast_answer
 from proxy.services.memory import GLOBAL
 from proxy.store import memory as store, memory_suggestions, summaries
@@ -93,6 +102,7 @@ async def promote(
     *,
     count: TokenCounter,
     owed: tuple[int, int] | None = None,
+    waited_on: bool = False,
 ) -> None:
     """Extract, sanitise and suggest or store the facts of ``span`` (``job``: the
     compaction's ``CompactionJob``; ``lent``: its connection, given back while the fast
@@ -101,11 +111,13 @@ async def promote(
     owes a promotion for (``summaries.insert_summary``) and owes no more once it ends, its
     failures too (they are no stop's: a fast model that refused it would refuse it again);
     one the database cut, or a cancellation, leaves it owed for the next request. One past
-    ``BOUND_SECONDS`` ends as a failure."""
-    settled = owed is not None
+    ``BOUND_SECONDS`` ends as a failure, but for one waiting for the budget's room: owed.
+    ``waited_on``: a request waits for it (a forced compaction's), so its waits for the
+    budget's room are bounded as the summary's are (``_Busy``)."""
+    settled, busy = owed is not None, _Busy(waited_on)
     try:
         async with asyncio.timeout(BOUND_SECONDS):
-            await _promote(upstream, bus, lent, job, span, count)
+            await _promote(upstream, bus, lent, job, span, count, busy)
     except asyncpg.ForeignKeyViolationError:  # no session left to record a suggestion in
         log.info("memory promotion for %s: the session was deleted", job.session_id)
     except FactsAnswerError as exc:  # says why without quoting the answer
@@ -113,6 +125,10 @@ async def promote(
             "memory promotion for %s: the fast model's answer was refused: %s", job.session_id, exc
         )
     except Exception as exc:  # a failed extraction never fails the compaction or the turn
+        if busy.waiting and isinstance(exc, TimeoutError):  # no room came: no failure
+            settled = False
+            log.info("memory promotion for %s stays owed: the budget had no room", job.session_id)
+            return
         settled = settled and not isinstance(exc, DatabaseUnavailable | PoolExhausted)
         log.warning("memory promotion for %s failed: %s", job.session_id, type(exc).__name__)
     if settled and owed is not None:
@@ -170,8 +186,52 @@ def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
     return shown
 
 
+class _Busy:
+    """Whether a promotion waits for the budget's room now (``_asked``), and, for one a
+    request waits on, the loop time its waits end by."""
+
+    def __init__(self, waited_on: bool = False) -> None:
+        self.waited_on, self.waiting = waited_on, False
+        self.room_by: float | None = None
+
+    def bound(self) -> asyncio.Timeout:
+        """The bound of one wait for room: none but the promotion's own, or for one a
+        request waits on ``answer_budget.WAIT_SECONDS`` in all, as its summary waits."""
+        if not self.waited_on:
+            return asyncio.timeout(None)
+        if self.room_by is None:
+            self.room_by = asyncio.get_running_loop().time() + answer_budget.WAIT_SECONDS
+        return asyncio.timeout_at(self.room_by)
+
+
+async def _asked(upstream: Any, job: Any, body: dict[str, Any], busy: _Busy) -> Any:
+    """``post_fast_model``'s reply, asked again after the budget's room each time the
+    budget refuses the call (a pause after the room, growing, as a summary's), within
+    ``busy``'s bound."""
+    refused = 0
+    while True:
+        try:
+            return await post_fast_model(upstream, job, body)
+        except ServerBusy:
+            refused += 1
+            log.info(
+                "memory promotion for %s waits for the budget of whole answers", job.session_id
+            )
+        busy.waiting = True
+        async with busy.bound():  # past it: ``promote`` leaves the span owed
+            await upstream.budget.room()
+            await asyncio.sleep(answer_budget.refused_pause(refused))
+        busy.waiting = False
+
+
 async def _promote(
-    upstream: Any, bus: Any, lent: Lent, job: Any, span: Sequence[Message], count: TokenCounter
+    upstream: Any,
+    bus: Any,
+    lent: Lent,
+    job: Any,
+    span: Sequence[Message],
+    count: TokenCounter,
+    busy: _Busy | None = None,
 ) -> None:
     window = job.fast_limits.context_limit
     budget = (
@@ -192,10 +252,11 @@ async def _promote(
         "max_tokens": _OUTPUT_TOKENS,
         "temperature": 0,
     }
-    resp = await post_fast_model(upstream, job, body)  # its errors are no reply's fault
+    busy = _Busy() if busy is None else busy  # ``promote``'s, which reads it after
+    resp = await _asked(upstream, job, body, busy)  # its errors are no reply's fault
     if _format_refused(resp):  # a provider without structured outputs: the prompt asks too
         del body["response_format"]
-        resp = await post_fast_model(upstream, job, body)
+        resp = await _asked(upstream, job, body, busy)
     try:
         status, answer = read_fast_answer(job, resp)
     except (ValueError, LookupError, TypeError, AttributeError) as exc:  # read_fast_answer's

@@ -46,3 +46,18 @@ def test_a_session_named_deployments_is_no_azure_path(path: str, hint: str) -> N
     session API's ``/v1/sessions/deployments/``) made every 404 there name Azure's paths."""
     said = _unserved_hint(path)
     assert said.startswith(f"; {hint}") if hint else said == ""
+
+
+@pytest.mark.parametrize(
+    ("path", "listed"),
+    [
+        ("/openai/deployments/gpt/models", True),
+        ("/s/s1/openai/deployments/gpt/models/gpt-4o", True),
+        ("/openai/deployments/gpt/modelsx", False),
+        ("/v1/deployments/gpt/models", False),  # AzureOpenAI(base_url=<proxy>/v1): the origin
+    ],
+)
+def test_models_under_a_deployment_are_told_where_azure_lists_them(path: str, listed: bool) -> None:
+    said = _unserved_hint(path)
+    assert ("Azure lists models at /openai/models" in said) is listed
+    assert said  # an Azure path's hint either way

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 from tests.fakes.upstream import EMBEDDINGS, MODELS, FakeUpstream
 from tests.integration.api.conftest import StartProxy, write_config
@@ -60,3 +61,31 @@ def test_the_deployment_is_the_embeddings_model_whatever_the_body_names(
         answer = http.post("/openai/deployments/my-emb/embeddings", content=same)
         assert answer.status_code == 200, answer.text
         assert fake_upstream.requests[-1].content == same
+
+
+def test_models_under_a_deployment_are_the_404_naming_where_azure_lists_them(
+    start_proxy: StartProxy, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """An ``AzureOpenAI`` given a deployment's URL as its ``base_url`` chats through it, but
+    lists models under the deployment (``/openai/deployments/<d>/models``), where Azure
+    serves none (its 404 is "Resource not found"): the proxy's 404 says where Azure lists
+    them, ``/openai/models``, and how the client reaches that path."""
+    proxy = start_proxy(write_config(tmp_path / "a.json", fake_upstream.url))
+    for root in (proxy.origin, f"{proxy.origin}/s/azure-sess"):
+        client = openai.AzureOpenAI(
+            base_url=f"{root}/openai/deployments/gpt-fake",
+            api_key=KEY,
+            api_version="2024-10-21",
+            max_retries=0,
+        )
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.models.list()
+        message = missing.value.message
+        assert "/openai/deployments/gpt-fake/models" in message
+        assert "Azure lists models at /openai/models, under no deployment" in message
+        assert "azure_endpoint" in message
+        with pytest.raises(openai.NotFoundError) as one:
+            client.models.retrieve("gpt-fake")
+        assert "Azure lists models at /openai/models" in one.value.message
+        assert isinstance(one.value.body, dict) and one.value.body["code"] == "unknown_url"
+    assert fake_upstream.requests == []

@@ -293,3 +293,33 @@ async def test_a_started_event_with_a_malformed_span_is_closed_not_refused(
         closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
         assert await closer.close_session(conn, T, "s", every=True) == 2
     assert await _unpaired(pool, every=True) == 0
+
+
+async def test_the_sweep_keeps_a_sessions_backoff(pool: asyncpg.Pool) -> None:
+    """A session backing off after a failed compaction, with a started event a stop left:
+    the sweep closes the event and hands the claim back with the backoff as it was, so a
+    restart does not start the session's background compactions again at once."""
+    key = {"tenant": T, "session_id": "s"}
+    async with pool.acquire() as conn:
+        await create_session(conn, **key, agent="default", model="m")
+        failed = uuid.uuid4()
+        assert await leases.claim_compaction(conn, **key, owner=failed, ttl=30)
+        await leases.release_compaction(conn, **key, owner=failed, backoff=60)
+        await events.insert_event(conn, **key, name=STARTED, data={"n": 0})
+    closer = interrupted.Closer(pool, _Bus(), SimpleNamespace(ttl=1), 1.0)  # type: ignore[arg-type]
+    try:
+        assert await closer.at_start() == 1
+    finally:
+        await closer.aclose()
+    assert await _unpaired(pool, every=True) == 0
+    async with pool.acquire() as conn:
+        background = await leases.claim_compaction(
+            conn, **key, owner=uuid.uuid4(), ttl=30, background=True
+        )
+        left = await conn.fetchval(
+            "SELECT compaction_expires - clock_timestamp() > interval '50 seconds'"
+            " FROM sessions WHERE tenant = $1 AND id = $2",
+            T,
+            "s",
+        )
+    assert background is None and left
