@@ -274,8 +274,7 @@ class DurableSummarizer:
                 async with self._conn() as conn:
                     await claims.release_compaction(
                         conn,
-                        tenant=job.tenant,
-                        session_id=job.session_id,
+                        **key,
                         owner=owner,
                         backoff=result.backoff if result else None,
                         until=claim.backoff_until if claim and result and result.busy else None,
