@@ -288,8 +288,10 @@ async def session_facts(
     ``limit + offset`` rows, and the two merged by id: the facts of the tenant's other scopes
     are never read. The ranges are written ``scope >= x AND scope <= x``, not ``=``: the
     agent's scope comes from the session row, a value the planner does not know, and with
-    an equality it took the id order for granted from ``memory_pkey`` and walked the
-    tenant's every fact for a small scope (docs/perf.md); a range keeps ``scope`` in the
-    order asked, which only the index gives without a sort."""
+    an equality, in a tenant whose ``global`` scope is large, it took the id order for
+    granted from ``memory_pkey`` and walked the tenant's every fact for the agent's small
+    scope (or none), under every ``plan_cache_mode``, custom plans included (docs/perf.md,
+    "memory_scope unused"); a range keeps ``scope`` in the order asked, which only the index
+    gives without a sort. Where the large scope is an agent's, both forms plan the index."""
     rows = await conn.fetch(SESSION_FACTS, tenant, session_id, limit, offset)
     return [row["fact"] for row in rows]
