@@ -65,6 +65,30 @@ Executor: TypeAlias = "asyncpg.Pool | BoundedPool | Connection"
 """What runs a statement: the pool (which lends a connection for it) or one connection."""
 
 
+CANCEL_GRACE = 2.0
+"""Seconds a connection whose statement was cancelled (its time ran out, or its task was
+cancelled: a client gone) waits for the server's answer to the cancel before its next
+statement (a transaction's ROLLBACK) or its return to the pool; then it is closed. asyncpg
+would wait as long as the pool's statement bound again, and a paused pooler holds that
+answer as long as the pause lasts: a connection and its task held long after the statement
+gave up. A healthy server answers a cancel within a round trip or two."""
+
+
+async def _settled(conn: asyncpg.Connection) -> None:
+    """Wait for the answer to ``conn``'s cancelled statement, :data:`CANCEL_GRACE` at most;
+    past it asyncpg closes the connection and :class:`DatabaseTimeout` says so."""
+    protocol: Any = getattr(conn, "_protocol", None)  # asyncpg's cancel state is not public
+    if protocol is None or not protocol._is_cancelling():
+        return
+    try:
+        await protocol._wait_for_cancellation(CANCEL_GRACE)
+    except TimeoutError as exc:
+        raise DatabaseTimeout(
+            f"the database did not answer a cancelled statement's cancel within"
+            f" {CANCEL_GRACE:g} s (a paused pooler?); its connection was closed"
+        ) from exc
+
+
 def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     """``method`` of asyncpg's Connection, raising :class:`DatabaseUnavailable` when the
     connection was lost under it, or the server is out of resources (SQLSTATE class 53: a
@@ -74,6 +98,7 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
 
     @functools.wraps(method)
     async def guarded(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        await _settled(self)
         try:
             return await method(self, *args, **kwargs)
         except Exception as exc:
@@ -145,6 +170,18 @@ async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConn
         _close_if_cancelling(conn, exc)
         raise
     finally:
+        await _given_back(pool, conn)
+
+
+async def _given_back(pool: asyncpg.Pool, conn: PoolConnectionProxy) -> None:
+    """``pool.release(conn)``, once a cancelled statement's cancel was answered or the
+    connection closed (:func:`_settled`): the release would wait for it unbounded."""
+    raw = getattr(conn, "_con", None)  # None once released
+    try:
+        if raw is not None:
+            with contextlib.suppress(DatabaseTimeout):
+                await _settled(raw)
+    finally:
         await pool.release(conn)
 
 
@@ -172,7 +209,7 @@ class Lent:
     async def give_back(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await self._pool.release(conn)
+            await _given_back(self._pool, conn)
 
     async def __aenter__(self) -> Lent:
         return self
