@@ -74,21 +74,6 @@ answer as long as the pause lasts: a connection and its task held long after the
 gave up. A healthy server answers a cancel within a round trip or two."""
 
 
-async def _settled(conn: asyncpg.Connection) -> None:
-    """Wait for the answer to ``conn``'s cancelled statement, :data:`CANCEL_GRACE` at most;
-    past it asyncpg closes the connection and :class:`DatabaseTimeout` says so."""
-    protocol: Any = getattr(conn, "_protocol", None)  # asyncpg's cancel state is not public
-    if protocol is None or not protocol._is_cancelling():
-        return
-    try:
-        await protocol._wait_for_cancellation(CANCEL_GRACE)
-    except TimeoutError as exc:
-        raise DatabaseTimeout(
-            f"the database did not answer a cancelled statement's cancel within"
-            f" {CANCEL_GRACE:g} s (a paused pooler?); its connection was closed"
-        ) from exc
-
-
 def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     """``method`` of asyncpg's Connection, raising :class:`DatabaseUnavailable` when the
     connection was lost under it, or the server is out of resources (SQLSTATE class 53: a
@@ -97,11 +82,27 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     included)."""
 
     @functools.wraps(method)
-    async def guarded(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
-        await _settled(self)
+    async def guarded(self: GuardedConnection, *args: Any, **kwargs: Any) -> Any:
+        grace: asyncio.Timeout | None = None
         try:
-            return await method(self, *args, **kwargs)
+            if not self.cancel_unsettled:
+                result = await method(self, *args, **kwargs)
+            else:  # asyncpg waits for the cancel's answer first: the grace bounds both
+                async with asyncio.timeout(CANCEL_GRACE) as grace:
+                    result = await method(self, *args, **kwargs)
+            self.cancel_unsettled = False
+            return result
+        except asyncio.CancelledError:
+            self.cancel_unsettled = True
+            raise
         except Exception as exc:
+            if grace is not None and grace.expired():
+                self.terminate()
+                raise DatabaseTimeout(
+                    f"the database did not answer a cancelled statement's cancel within"
+                    f" {CANCEL_GRACE:g} s (a paused pooler?); its connection was closed"
+                ) from exc
+            self.cancel_unsettled = isinstance(exc, TimeoutError)
             if connection_lost(exc, self):
                 raise lost(exc) from exc
             if isinstance(exc, SLOW):
@@ -132,6 +133,11 @@ class GuardedConnection(asyncpg.Connection):
     statement Cascade runs goes through these five methods (a transaction's BEGIN and
     COMMIT through ``execute``), on a pooled connection or through ``Pool.fetch...``.
     """
+
+    cancel_unsettled = False
+    """Whether this connection's last statement was cancelled (its time ran out, or its task
+    was) and none ended since: asyncpg then waits for the server's answer to the cancel
+    before anything else it does with it, :data:`CANCEL_GRACE` at most here."""
 
     execute = _guarded(asyncpg.Connection.execute)
     executemany = _guarded(asyncpg.Connection.executemany)
@@ -174,15 +180,15 @@ async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConn
 
 
 async def _given_back(pool: asyncpg.Pool, conn: PoolConnectionProxy) -> None:
-    """``pool.release(conn)``, once a cancelled statement's cancel was answered or the
-    connection closed (:func:`_settled`): the release would wait for it unbounded."""
-    raw = getattr(conn, "_con", None)  # None once released
-    try:
-        if raw is not None:
-            with contextlib.suppress(DatabaseTimeout):
-                await _settled(raw)
-    finally:
+    """``pool.release(conn)``; one whose statement was cancelled (Cascade's own mark,
+    ``GuardedConnection.cancel_unsettled``: asyncpg's cancel state is not public) is released
+    with asyncpg's ``timeout``, :data:`CANCEL_GRACE`, which bounds its wait for the cancel's
+    answer and its reset: past it asyncpg closes the connection, the pool opens another."""
+    if not getattr(conn, "cancel_unsettled", False):
         await pool.release(conn)
+        return
+    with contextlib.suppress(TimeoutError):
+        await pool.release(conn, timeout=CANCEL_GRACE)
 
 
 def _close_if_cancelling(conn: PoolConnectionProxy, exc: BaseException | None) -> None:
