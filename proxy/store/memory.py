@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
 
 __all__ = [
-    "fetch_facts",
     "fetch_listed_facts",
     "add_facts",
     "stored_matches",
@@ -28,16 +27,6 @@ __all__ = [
 ]
 
 FACT_COLUMNS = "id, scope, fact AS text, source_session, created_at"
-
-FETCH_FACTS = f"""
-SELECT {FACT_COLUMNS} FROM memory WHERE tenant = $1 AND scope = ANY($2::text[]) ORDER BY id
-"""
-
-
-async def fetch_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> list[Any]:
-    """The facts of ``scopes``, oldest first."""
-    return list(await conn.fetch(FETCH_FACTS, tenant, list(scopes)))
-
 
 FETCH_LISTED = """
 SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
@@ -56,11 +45,10 @@ async def fetch_listed_facts(
     offset: int = 0,
     after: int = 0,
 ) -> list[Any]:
-    """:func:`fetch_facts`, a page of them (``limit`` None: all from ``offset`` on, of those
-    with an id past ``after``), each
-    with the agent its source session runs now (``source_agent``: None when the fact has
-    no source session or it was deleted), which decides whether a key limited to some
-    agents may see that session's id."""
+    """The facts of ``scopes``, oldest first, a page of them (``limit`` None: all from
+    ``offset`` on, of those with an id past ``after``), each with the agent its source
+    session runs now (``source_agent``: None when the fact has no source session or it was
+    deleted), which decides whether a key limited to some agents may see that session's id."""
     return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes), limit, offset, after))
 
 
