@@ -52,7 +52,8 @@ CREATE INDEX probe_t_pattern ON probe (t text_pattern_ops);
 async def test_the_check_flags_a_plain_prefix_and_nothing_that_serves_more(pool: Any) -> None:
     """Only ``probe_x`` is redundant: a unique prefix enforces what the longer one does not,
     a partial or an expression index reads other rows or values, one with INCLUDE columns
-    answers index-only scans the longer one cannot, a descending one, another collation or operator class another order."""
+    answers index-only scans the longer one cannot, a descending one (or another collation
+    or operator class) another order."""
     await pool.execute(PLANTED)
     rows = await pool.fetch(REDUNDANT)
     found = [(r["index"], r["covered_by"]) for r in rows if r["index"].startswith("probe")]
