@@ -1,8 +1,10 @@
 """A task cancelled mid-statement (its client gone, a bound of the caller's) while PgBouncer is
 paused ends within ``db.CANCEL_GRACE``, not the pool's statement bound: asyncpg sends the
-server a cancel for the statement and, before the connection's next statement or its return
-to the pool, waits for the answer, which the pause holds; past the grace the connection is
-closed instead (``db._settled``), and the pool serves again once PgBouncer resumes."""
+server a cancel for the statement and, before the connection's return to the pool, waits for
+the answer, which the pause holds; past the grace (``Pool.release``'s own ``timeout``)
+asyncpg closes the connection instead, and the pool serves again once PgBouncer resumes.
+In a transaction the pause holds its BEGIN, so the task ends there too; a ROLLBACK after a
+cancelled statement is ``tests/integration/store/test_cancel_grace.py``'s."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import pytest
 
 from proxy.store import db
 from proxy.store.db import borrowed, create_pool, pooler_kwargs
-from tests.integration.pooler.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
+from tests.integration.pooler.conftest import own_pgbouncer
+from tests.integration.pooler.pgbouncer import PgBouncer
 
 BOUND = 10.0  # the pool's statement bound: what the cancelled task waited out before
 GRACE = 0.3
@@ -23,10 +26,7 @@ CANCEL_AFTER = 0.3
 
 @pytest.fixture
 def bouncer(db_dsn: str) -> Iterator[PgBouncer]:
-    binary = find_pgbouncer()
-    if binary is None:
-        pytest.skip("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
-    with start_pgbouncer(binary, db_dsn, pool_size=4) as own:
+    with own_pgbouncer(db_dsn, pool_size=4) as own:
         yield own
 
 
