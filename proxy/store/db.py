@@ -193,9 +193,11 @@ async def _given_back(pool: asyncpg.Pool, conn: PoolConnectionProxy) -> None:
 
 def _close_if_cancelling(conn: PoolConnectionProxy, exc: BaseException | None) -> None:
     """Close ``conn`` when ``exc`` says its statement ran out of asyncpg's timeout (the
-    server asked to cancel it), as :func:`borrowed` and :class:`Lent` give it back."""
+    server asked to cancel it), as :func:`borrowed` and :class:`Lent` give it back; one
+    closed already (its cancel's grace ran out) is back in the pool, its proxy detached."""
     if isinstance(exc, DatabaseTimeout) and isinstance(exc.__cause__, TimeoutError):
-        conn.terminate()
+        with contextlib.suppress(asyncpg.InterfaceError):
+            conn.terminate()
 
 
 class Lent:
