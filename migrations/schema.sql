@@ -947,8 +947,6 @@ CREATE INDEX events_session ON public.events USING btree (tenant, session_id, id
 
 CREATE UNIQUE INDEX memory_fact_key ON public.memory USING btree (tenant, scope, fact_key);
 
-CREATE INDEX memory_scope ON public.memory USING btree (tenant, scope);
-
 CREATE INDEX memory_scope_id ON public.memory USING btree (tenant, scope, id);
 
 CREATE INDEX memory_unkeyed ON public.memory USING btree (tenant, scope) WHERE (fact_key IS NULL);

@@ -25,13 +25,14 @@ from proxy.store.db import create_pool
 from proxy.store.migrations import run_migrations
 
 SCOPE_FACTS, WRITES, TENANT = 5000, 40, "t-perf"
+WHOLE_SCOPE = "SELECT fact AS text FROM memory WHERE tenant = $1 AND scope = $2 ORDER BY id"
 
 
 async def whole_scope(conn: Any, scope: str, text: str) -> None:
     """The previous write: lock, read every fact of the scope, compare in Python, insert."""
     async with conn.transaction():
         await conn.execute(store.LOCK_SCOPE, TENANT, scope)
-        rows = await conn.fetch(store.FETCH_FACTS, TENANT, [scope])
+        rows = await conn.fetch(WHOLE_SCOPE, TENANT, scope)
         verdicts = sanitize_facts([text], existing=[r["text"] for r in rows])
         facts = [v.text for v in verdicts if v.text is not None]
         await conn.execute(

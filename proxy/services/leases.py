@@ -36,7 +36,7 @@ import uuid
 import asyncpg
 
 from proxy.store import leases
-from proxy.store.db import DatabaseUnavailable, PoolExhausted, borrowed
+from proxy.store.db import DatabaseTimeout, DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.tasks import stop_task
 
 __all__ = ["Leases", "renewal_limit"]
@@ -52,10 +52,12 @@ pool than these from the requests; the rest wait at a later round."""
 
 
 def renewal_limit(ttl: float) -> float:
-    """Seconds a renewal's statement may go unanswered: a ninth of the time to live, the
-    pause before a failed round's retry. A round that starts a third of the way into the
-    lease, hangs this long and pauses this long again leaves time for two more tries, each as
-    long, before the lease could lapse; a healthy renewal takes milliseconds."""
+    """Seconds a renewal round may take, its wait for a pooled connection and its
+    statements together: a ninth of the time to live, the pause before a failed round's
+    retry. A round that starts a third of the way into the lease, hangs this long and pauses
+    this long again leaves time for two more tries, each as long, before the lease could
+    lapse; a healthy renewal takes milliseconds. A pool whose every connection is held (a
+    burst of requests) counts against the same limit as a hung statement does."""
     return ttl / 9
 
 
@@ -115,13 +117,22 @@ class Leases:
             return
         renewed: set[Key] = set()
         limit = renewal_limit(self.ttl)
-        async with borrowed(self.pool, self._acquire_timeout) as conn:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+
+        def left() -> float:
+            """What the round's limit leaves a statement, after the wait and those before."""
+            if (remaining := deadline - loop.time()) <= 0:
+                raise DatabaseTimeout(f"a lease renewal round ran past its {limit:g} s")
+            return remaining
+
+        async with borrowed(self.pool, limit) as conn:
             if keys:
                 renewed = await leases.renew_leases(
-                    conn, keys=keys, owner=self.owner, ttl=self.ttl, timeout=limit
+                    conn, keys=keys, owner=self.owner, ttl=self.ttl, timeout=left()
                 )
             if claims:
-                await leases.renew_claims(conn, claims=claims, ttl=self.ttl, timeout=limit)
+                await leases.renew_claims(conn, claims=claims, ttl=self.ttl, timeout=left())
         for key in keys:
             if key not in renewed and key not in self._waits and len(self._waits) < WAITS_MAX:
                 self._waits[key] = asyncio.create_task(self._wait_for_row(key))

@@ -68,6 +68,15 @@ Executor: TypeAlias = "asyncpg.Pool | BoundedPool | Connection"
 """What runs a statement: the pool (which lends a connection for it) or one connection."""
 
 
+CANCEL_GRACE = 2.0
+"""Seconds a connection whose statement was cancelled (its time ran out, or its task was
+cancelled: a client gone) waits for the server's answer to the cancel before its next
+statement (a transaction's ROLLBACK) or its return to the pool; then it is closed. asyncpg
+would wait as long as the pool's statement bound again, and a paused pooler holds that
+answer as long as the pause lasts: a connection and its task held long after the statement
+gave up. A healthy server answers a cancel within a round trip or two."""
+
+
 def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     """``method`` of asyncpg's Connection, raising :class:`DatabaseUnavailable` when the
     connection was lost under it, or the server is out of resources (SQLSTATE class 53: a
@@ -76,10 +85,27 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     included)."""
 
     @functools.wraps(method)
-    async def guarded(self: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+    async def guarded(self: GuardedConnection, *args: Any, **kwargs: Any) -> Any:
+        grace: asyncio.Timeout | None = None
         try:
-            return await method(self, *args, **kwargs)
+            if not self.cancel_unsettled:
+                result = await method(self, *args, **kwargs)
+            else:  # asyncpg waits for the cancel's answer first: the grace bounds both
+                async with asyncio.timeout(CANCEL_GRACE) as grace:
+                    result = await method(self, *args, **kwargs)
+            self.cancel_unsettled = False
+            return result
+        except asyncio.CancelledError:
+            self.cancel_unsettled = True
+            raise
         except Exception as exc:
+            if grace is not None and grace.expired():
+                self.terminate()
+                raise DatabaseTimeout(
+                    f"the database did not answer a cancelled statement's cancel within"
+                    f" {CANCEL_GRACE:g} s (a paused pooler?); its connection was closed"
+                ) from exc
+            self.cancel_unsettled = isinstance(exc, TimeoutError)
             if connection_lost(exc, self):
                 raise lost(exc) from exc
             if isinstance(exc, SLOW):
@@ -110,6 +136,11 @@ class GuardedConnection(asyncpg.Connection):
     statement Cascade runs goes through these five methods (a transaction's BEGIN and
     COMMIT through ``execute``), on a pooled connection or through ``Pool.fetch...``.
     """
+
+    cancel_unsettled = False
+    """Whether this connection's last statement was cancelled (its time ran out, or its task
+    was) and none ended since: asyncpg then waits for the server's answer to the cancel
+    before anything else it does with it, :data:`CANCEL_GRACE` at most here."""
 
     execute = _guarded(asyncpg.Connection.execute)
     executemany = _guarded(asyncpg.Connection.executemany)
@@ -148,14 +179,28 @@ async def borrowed(pool: asyncpg.Pool, timeout: float) -> AsyncIterator[PoolConn
         _close_if_cancelling(conn, exc)
         raise
     finally:
+        await _given_back(pool, conn)
+
+
+async def _given_back(pool: asyncpg.Pool, conn: PoolConnectionProxy) -> None:
+    """``pool.release(conn)``; one whose statement was cancelled (Cascade's own mark,
+    ``GuardedConnection.cancel_unsettled``: asyncpg's cancel state is not public) is released
+    with asyncpg's ``timeout``, :data:`CANCEL_GRACE`, which bounds its wait for the cancel's
+    answer and its reset: past it asyncpg closes the connection, the pool opens another."""
+    if not getattr(conn, "cancel_unsettled", False):
         await pool.release(conn)
+        return
+    with contextlib.suppress(TimeoutError):
+        await pool.release(conn, timeout=CANCEL_GRACE)
 
 
 def _close_if_cancelling(conn: PoolConnectionProxy, exc: BaseException | None) -> None:
     """Close ``conn`` when ``exc`` says its statement ran out of asyncpg's timeout (the
-    server asked to cancel it), as :func:`borrowed` and :class:`Lent` give it back."""
+    server asked to cancel it), as :func:`borrowed` and :class:`Lent` give it back; one
+    closed already (its cancel's grace ran out) is back in the pool, its proxy detached."""
     if isinstance(exc, DatabaseTimeout) and isinstance(exc.__cause__, TimeoutError):
-        conn.terminate()
+        with contextlib.suppress(asyncpg.InterfaceError):
+            conn.terminate()
 
 
 class Lent:
@@ -175,7 +220,7 @@ class Lent:
     async def give_back(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await self._pool.release(conn)
+            await _given_back(self._pool, conn)
 
     async def __aenter__(self) -> Lent:
         return self

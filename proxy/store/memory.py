@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from proxy.store.db import Connection, Executor
 
 __all__ = [
-    "fetch_facts",
     "fetch_listed_facts",
     "add_facts",
     "stored_matches",
@@ -28,16 +27,6 @@ __all__ = [
 ]
 
 FACT_COLUMNS = "id, scope, fact AS text, source_session, created_at"
-
-FETCH_FACTS = f"""
-SELECT {FACT_COLUMNS} FROM memory WHERE tenant = $1 AND scope = ANY($2::text[]) ORDER BY id
-"""
-
-
-async def fetch_facts(conn: Executor, *, tenant: str, scopes: Sequence[str]) -> list[Any]:
-    """The facts of ``scopes``, oldest first."""
-    return list(await conn.fetch(FETCH_FACTS, tenant, list(scopes)))
-
 
 FETCH_LISTED = """
 SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
@@ -56,11 +45,10 @@ async def fetch_listed_facts(
     offset: int = 0,
     after: int = 0,
 ) -> list[Any]:
-    """:func:`fetch_facts`, a page of them (``limit`` None: all from ``offset`` on, of those
-    with an id past ``after``), each
-    with the agent its source session runs now (``source_agent``: None when the fact has
-    no source session or it was deleted), which decides whether a key limited to some
-    agents may see that session's id."""
+    """The facts of ``scopes``, oldest first, a page of them (``limit`` None: all from
+    ``offset`` on, of those with an id past ``after``), each with the agent its source
+    session runs now (``source_agent``: None when the fact has no source session or it was
+    deleted), which decides whether a key limited to some agents may see that session's id."""
     return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes), limit, offset, after))
 
 
@@ -288,8 +276,10 @@ async def session_facts(
     ``limit + offset`` rows, and the two merged by id: the facts of the tenant's other scopes
     are never read. The ranges are written ``scope >= x AND scope <= x``, not ``=``: the
     agent's scope comes from the session row, a value the planner does not know, and with
-    an equality it took the id order for granted from ``memory_pkey`` and walked the
-    tenant's every fact for a small scope (docs/perf.md); a range keeps ``scope`` in the
-    order asked, which only the index gives without a sort."""
+    an equality, in a tenant whose ``global`` scope is large, it took the id order for
+    granted from ``memory_pkey`` and walked the tenant's every fact for the agent's small
+    scope (or none), under every ``plan_cache_mode``, custom plans included (docs/perf.md,
+    "memory_scope unused"); a range keeps ``scope`` in the order asked, which only the index
+    gives without a sort. Where the large scope is an agent's, both forms plan the index."""
     rows = await conn.fetch(SESSION_FACTS, tenant, session_id, limit, offset)
     return [row["fact"] for row in rows]

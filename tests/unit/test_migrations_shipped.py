@@ -47,6 +47,7 @@ SHIPPED = {  # version: sha256 of the file, as store.db computes it
     33: "b5524e599cf6919f94017e7db668504fc083fc78e8df210266b9e908a8ab4e4f",
     34: "c9c7f807bfc95cc40166bebaf7bb33d47ae8bec07f36ecc9cba0a8b16b68436b",
     35: "6e0628bc30119b0fb8ffdf612eaf1325beace6f5671132cbcfe2d388edcba9be",
+    36: "8c78da3e6e0374f521e9f7befd8527ff98c7b4e37c603eb6b1b32111b19eeec3",
 }
 
 
