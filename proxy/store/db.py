@@ -1,21 +1,21 @@
 """Connections and the pool: opening them, the codecs, and a lost database or an unanswered
 statement raised as its 503 rather than a failed statement's error (what each failure is:
-``db_errors.py``, whose names this re-exports); the migration runner is ``migrations.py``."""
+``db_errors.py``, whose names this re-exports; opening one connection, and its name:
+``db_connect.py``, likewise); the migration runner is ``migrations.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Coroutine
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 from pgvector.asyncpg import register_vector
 
 from proxy.jsonio import dumps, loads
+from proxy.store.db_connect import APPLICATION_NAME, connect, named
 from proxy.store.db_errors import (
     SLOW,
     DatabaseTimeout,
@@ -277,70 +277,6 @@ def lend(executor: Executor) -> contextlib.AbstractAsyncContextManager[Connectio
     if isinstance(executor, (BoundedPool, asyncpg.Pool)):
         return executor.acquire()
     return contextlib.nullcontext(executor)
-
-
-APPLICATION_NAME = "cascade-proxy"
-"""The ``application_name`` of Cascade's connections (a setting of their own, the runner's
-``cascade-proxy migrations``, begins with it): what tells a replica's connections in
-``pg_stat_activity`` from a ``psql``'s (README: Upgrading)."""
-
-
-def named(dsn: str | None, settings: dict[str, str] | None = None) -> dict[str, str]:
-    """``settings`` (a connection's ``server_settings``) with :data:`APPLICATION_NAME`, unless
-    they or the URL name the connection (``application_name``, or ``options``' ``-c``): the
-    operator's name is kept, as PostgreSQL would let ours override it."""
-    try:
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
-    except ValueError:  # a URL asyncpg refuses, in words of its own
-        query = {}
-    if "application_name" in query or any(
-        "application_name" in o for o in query.get("options", [])
-    ):
-        return settings or {}
-    return {"application_name": APPLICATION_NAME} | (settings or {})
-
-
-async def connect(
-    dsn: str | None = None, *args: Any, setting: str = "DATABASE_URL", **kwargs: Any
-) -> asyncpg.Connection:
-    """asyncpg.connect; a failure is a DatabaseUnavailable, whose message names ``setting``,
-    where ``dsn`` came from. The pool opens its connections through it too, so a request
-    that finds the database gone can be told so (a 503). ``dsn`` may be None, as the pool's
-    connect callback allows: libpq's PG* defaults apply."""
-    kwargs["server_settings"] = named(dsn, kwargs.get("server_settings"))
-    try:
-        return await asyncpg.connect(dsn, *args, **kwargs)
-    except (
-        TimeoutError,
-        OSError,
-        ValueError,
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-    ) as exc:
-        reason = redact_dsn(f"{type(exc).__name__}: {exc}", dsn)
-        if isinstance(exc, TimeoutError) and not str(exc):  # asyncpg's says nothing
-            reason = f"TimeoutError: no answer within {kwargs.get('timeout', 60):g} s"
-        where = redact_dsn(dsn) if dsn is not None else "the PG* defaults"
-        # asyncpg's ClientConfigurationError is a ValueError; a certificate file that does not
-        # load is an OSError raised while it reads the URL, before any server is asked
-        unread = isinstance(exc, ValueError) or _reading_url(exc.__traceback__)
-        refused = isinstance(exc, ConnectionError) and "rejected SSL upgrade" in str(exc)
-        kind = UnreadableUrl if unread else TlsRefused if refused else DatabaseUnavailable
-        raise kind(
-            f"cannot connect to PostgreSQL at {where} ({setting}): {reason}",
-            getattr(exc, "sqlstate", None),
-        ) from None
-
-
-def _reading_url(tb: TracebackType | None) -> bool:
-    """Whether the traceback ``tb`` passes through asyncpg's reading of the connection's
-    settings (the URL and the files it names), where an error is a setting to mend: the
-    same FileNotFoundError is a Unix socket not there yet when it is raised connecting."""
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name == "_parse_connect_arguments":
-            return True
-        tb = tb.tb_next
-    return False
 
 
 # json and jsonb travel in PostgreSQL's binary format: a json value is its UTF-8 text, a
