@@ -246,7 +246,7 @@ class Stack:
             session,
         )
 
-    def settle(self, session: str, requests: int, timeout: float = 5.0) -> None:
+    def settle(self, session: str, requests: int, timeout: float = 20.0) -> None:
         """Wait until ``requests`` steps have finished (each publishes one context.usage)."""
         wait_until(
             lambda: len(self.events(session, "context.usage")) >= requests,

@@ -158,7 +158,8 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
         chat = threading.Thread(target=lambda: said.append(agent.say("meanwhile")))
         chat.start()
         try:  # served while the briefing is held: the compaction holds no turn on the session
-            assert wait_for(lambda: said, timeout=5), "the chat waited for the compaction"
+            # under the held call's patience (20 s): a chat that waited for it would come after
+            assert wait_for(lambda: said, timeout=10), "the chat waited for the compaction"
             assert said == ["ok"] and not out
         finally:
             held.allow(20)

@@ -54,7 +54,7 @@ def test_soft_threshold_compacts_in_background_without_delaying_the_request(
         assert agent.latencies[-1] < 0.5, "the crossing request waited for the summariser"
         wait_until(lambda: model.fast_times, what="the fast model to be called")
         assert s.summaries("soft") == [], "the briefing is still being written"
-        (row,) = wait_until(lambda: s.summaries("soft"), 3.0, "the background summary")
+        (row,) = wait_until(lambda: s.summaries("soft"), what="the background summary")
         assert row["version"] == 1 and row["model"] == FAST
         started, completed = compaction_events(s, "soft")
         assert started["name"] == "context.compaction.started" and started["trigger"] == "soft"
@@ -97,7 +97,7 @@ def test_a_new_sessions_first_request_over_the_soft_threshold_compacts_what_it_b
         agent.say("go on")
         holder.join()
         assert free.is_set()
-        (row,) = wait_until(lambda: s.summaries("resumed-soft"), 5.0, "the background summary")
+        (row,) = wait_until(lambda: s.summaries("resumed-soft"), what="the background summary")
         assert row["version"] == 1 and row["boundary"] > 1
         started, completed = compaction_events(s, "resumed-soft")
         assert started["trigger"] == "soft"
@@ -140,7 +140,7 @@ def test_a_background_compaction_runs_while_the_crossing_answer_is_slow(
         agent.say(words(450, "cross"))  # over softFraction; answered once compacting
         releaser.join()
         assert compacting == [True] and not held.expired
-        wait_until(lambda: s.summaries("starved"), 5.0, "the summary")
+        wait_until(lambda: s.summaries("starved"), what="the summary")
 
 
 async def test_a_background_compaction_that_gets_no_connection_is_skipped_not_queued(
@@ -178,7 +178,7 @@ def test_background_compaction_is_deduplicated_per_session(
         agent = Agent(s.client("dedup"))
         agent.fill(7)  # the 5th crosses softFraction; 2 more while it is in flight
         assert max(agent.latencies) < 0.5
-        wait_until(lambda: s.summaries("dedup"), 3.0, "the summary")
+        wait_until(lambda: s.summaries("dedup"), what="the summary")
         s.settle("dedup", 7)
         assert len(model.fast_times) == 1
         assert [e["name"] for e in compaction_events(s, "dedup")] == [

@@ -52,7 +52,8 @@ def _freed_then_first_answered(
     call comes (``held``), and its ``/compact`` is answered 200; then a poll of the claim
     has had its time."""
     try:
-        freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+        # held, the session would stay so until the call's patience (20 s) ran out
+        freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 10)
         assert freed, "the session stayed held for a client that had left"
     finally:
         held.allow(20)
