@@ -44,16 +44,22 @@ from tests.integration.conftest import run_sync
 def test_soft_threshold_compacts_in_background_without_delaying_the_request(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    model = Model(fast_delay=1.0)
+    held = Pacer(first=True)  # the briefing, until the test lets it come
+    model = Model(fast_pacer=held)
     with stack(tmp_path, db_dsn, fake_upstream, model) as s:
         agent = Agent(s.client("soft"))
         for i in range(4):
             agent.say(words(450, f"t{i}"))
         assert not model.fast_times, "below softFraction nothing is compacted"
-        agent.say(words(450, "cross"))  # occupancy now over 0.5 of 4000
-        assert agent.latencies[-1] < 0.5, "the crossing request waited for the summariser"
-        wait_until(lambda: model.fast_times, what="the fast model to be called")
-        assert s.summaries("soft") == [], "the briefing is still being written"
+        try:
+            agent.say(words(450, "cross"))  # occupancy now over 0.5 of 4000
+            # one waiting for the summariser would wait for the held briefing (20 s)
+            assert agent.latencies[-1] < 2, "the crossing request waited for the summariser"
+            (called,) = wait_until(lambda: model.fast_times, what="the fast model's call")
+            assert s.summaries("soft") == [], "the briefing is still being written"
+            time.sleep(max(0.0, called + 1.0 - time.monotonic()))  # a call of 1 s at least
+        finally:
+            held.allow(20)
         (row,) = wait_until(lambda: s.summaries("soft"), what="the background summary")
         assert row["version"] == 1 and row["model"] == FAST
         started, completed = compaction_events(s, "soft")
@@ -173,11 +179,15 @@ async def test_a_background_compaction_that_gets_no_connection_is_skipped_not_qu
 def test_background_compaction_is_deduplicated_per_session(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    model = Model(fast_delay=1.0)
+    held = Pacer(first=True)  # the briefing, until the test lets it come
+    model = Model(fast_pacer=held)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.95}) as s:
         agent = Agent(s.client("dedup"))
-        agent.fill(7)  # the 5th crosses softFraction; 2 more while it is in flight
-        assert max(agent.latencies) < 0.5
+        try:
+            agent.fill(7)  # the 5th crosses softFraction; 2 more while it is in flight
+            assert max(agent.latencies) < 2  # none waited for the held briefing (20 s)
+        finally:
+            held.allow(20)
         wait_until(lambda: s.summaries("dedup"), what="the summary")
         s.settle("dedup", 7)
         assert len(model.fast_times) == 1
