@@ -23,6 +23,7 @@ from tests.integration.api.test_events import Frame, chat, open_events, user
 
 OLD_LIMIT = 100_000
 NEW_LIMIT = 64_000
+POLLS = 200  # of 0.1 s: what the watcher does off-path has up to 20 s on a loaded machine
 
 
 @pytest.fixture
@@ -195,12 +196,12 @@ async def test_only_the_config_file_itself_is_watched(tmp_path: Path) -> None:
     await asyncio.sleep(0.6)  # past the debounce
     assert seen == []
     save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT)
-    for _ in range(50):
+    for _ in range(POLLS):
         if seen:
             break
         await asyncio.sleep(0.1)
     stop.set()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 20)
     assert seen == [CONFIG_RELOADED]
 
 
@@ -232,13 +233,13 @@ async def test_a_config_mounted_as_a_kubernetes_configmap_reloads_on_every_updat
         for child in (tmp_path / old).iterdir():
             child.unlink()
         (tmp_path / old).rmdir()
-        for _ in range(50):
+        for _ in range(POLLS):
             if holder.current.model_limits("m").context_limit == NEW_LIMIT + n:
                 break
             await asyncio.sleep(0.1)
         assert holder.current.model_limits("m").context_limit == NEW_LIMIT + n
     stop.set()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 20)
     assert seen == [CONFIG_RELOADED, CONFIG_RELOADED]
 
 
@@ -252,7 +253,7 @@ async def test_a_deleted_config_is_rejected_once_until_it_is_back(tmp_path: Path
     task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
     await asyncio.sleep(0.3)  # the watcher is up
     os.replace(path, tmp_path / "agents.json.bak")
-    for _ in range(50):
+    for _ in range(POLLS):
         if seen:
             break
         await asyncio.sleep(0.1)
@@ -260,12 +261,12 @@ async def test_a_deleted_config_is_rejected_once_until_it_is_back(tmp_path: Path
         (tmp_path / "notes.txt").write_text(str(i))
         await asyncio.sleep(0.4)  # past the debounce: each write is a change of its own
     os.replace(tmp_path / "agents.json.bak", path)
-    for _ in range(50):
+    for _ in range(POLLS):
         if len(seen) > 1:
             break
         await asyncio.sleep(0.1)
     stop.set()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 20)
     assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
 
 
@@ -284,7 +285,7 @@ async def test_an_unexpected_reload_error_does_not_stop_the_watcher(
         return real(*args)
 
     async def until(done: Any) -> None:
-        for _ in range(50):
+        for _ in range(POLLS):
             if done():
                 return
             await asyncio.sleep(0.1)
@@ -300,7 +301,7 @@ async def test_an_unexpected_reload_error_does_not_stop_the_watcher(
     save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT + 1)
     await until(lambda: seen)
     stop.set()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 20)
     assert seen == [CONFIG_RELOADED]
     assert holder.current.model_limits("m").context_limit == NEW_LIMIT + 1
 
@@ -319,17 +320,17 @@ async def test_a_file_nested_past_the_recursion_limit_is_rejected_and_watching_g
     task = asyncio.create_task(watch_config(holder, lambda name, _: seen.append(name), stop))
     await asyncio.sleep(0.3)  # the watcher is up
     save(path, '{"models": ' + "[" * 10_000 + "]" * 10_000 + "}")
-    for _ in range(50):
+    for _ in range(POLLS):
         if seen or task.done():
             break
         await asyncio.sleep(0.1)
     save_config(path, "http://127.0.0.1:9/v1", NEW_LIMIT)
-    for _ in range(50):
+    for _ in range(POLLS):
         if len(seen) > 1 or task.done():
             break
         await asyncio.sleep(0.1)
     stop.set()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 20)
     assert seen == [CONFIG_REJECTED, CONFIG_RELOADED]
     assert holder.current.model_limits("m").context_limit == NEW_LIMIT
 
