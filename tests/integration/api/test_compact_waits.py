@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -31,6 +30,7 @@ from tests.integration.api.compaction_stack import (
     Agent,
     Model,
     Stack,
+    compact_now_called,
     compaction_events,
     stack,
     wait_until,
@@ -63,21 +63,6 @@ def _compact(s: Stack, sid: str, out: list[httpx.Response]) -> threading.Thread:
     return thread
 
 
-def _noted(s: Stack) -> threading.Event:
-    """An event set once the replica's summarizer is asked to compact now (as a request
-    over the hard threshold does once it measured): from then on it waits for the claim."""
-    summarizer = s.proxy.state("summarizer")
-    compact_now = summarizer.compact_now
-    asked = threading.Event()
-
-    async def noted(job: Any, *args: Any) -> Any:
-        asked.set()
-        return await compact_now(job, *args)
-
-    summarizer.compact_now = noted
-    return asked
-
-
 def _a_hard_chat_waits_it_out(
     s: Stack,
     agent: Agent,
@@ -88,10 +73,10 @@ def _a_hard_chat_waits_it_out(
 ) -> list[str]:
     """With ``/compact``'s summary ``held`` (``compacting``: its thread and answer), a turn
     of ``under`` tokens, then a chat of ``over`` tokens on a thread, which waits for the
-    claim (``_noted``); then the summary comes, ``/compact`` is answered 200 and the chat
-    too: what the chat said."""
+    claim (``compact_now_called``); then the summary comes, ``/compact`` is answered 200
+    and the chat too: what the chat said."""
     compact, out = compacting
-    waiting = _noted(s)
+    waiting = compact_now_called(s)
     agent.say(words(under, "m"))
     said: list[str] = []
     chat = threading.Thread(target=lambda: said.append(agent.say(words(over, "big"))))
