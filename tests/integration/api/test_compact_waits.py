@@ -130,7 +130,9 @@ def test_a_compact_sent_during_a_turn_folds_that_turns_reply(
 def test_a_chat_during_a_compactions_summariser_call_is_served(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    held = Pacer(first=True)  # the summariser's answer, until the test lets it come
+    # the summariser's answer, until the test lets it come: a chat that waited for it
+    # would wait the patience out (60 s), 6x the 10 s the test gives it
+    held = Pacer(60, first=True)
     model = Model(fast_pacer=held)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
         agent = Agent(s.client("flowing"))
@@ -143,7 +145,6 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
         chat = threading.Thread(target=lambda: said.append(agent.say("meanwhile")))
         chat.start()
         try:  # served while the briefing is held: the compaction holds no turn on the session
-            # under the held call's patience (20 s): a chat that waited for it would come after
             assert wait_for(lambda: said, timeout=10), "the chat waited for the compaction"
             assert said == ["ok"] and not out
         finally:
