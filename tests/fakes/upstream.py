@@ -238,7 +238,7 @@ class FakeUpstream:
         with self._cond:
             return len(self._queues.get(endpoint, ()))
 
-    def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[RecordedRequest]:
+    def wait_for_requests(self, n: int, timeout: float = 20.0) -> list[RecordedRequest]:
         """Block until at least ``n`` requests arrived (for work the proxy does off-path)."""
         with self._cond:
             if not self._cond.wait_for(lambda: len(self._requests) >= n, timeout):

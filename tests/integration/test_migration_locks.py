@@ -20,6 +20,21 @@ import pytest
 from proxy.store import migrations
 from proxy.store.migrations import run_migrations
 
+HANG = 30  # a bound on a hang: the awaited state comes in well under a second
+
+
+async def _queued_for_a_lock(admin: asyncpg.Connection, query: str, task: asyncio.Task) -> None:
+    """Return once a statement like ``query`` waits for a lock (or ``task`` ended: its
+    result says why). ``admin`` is outside any transaction, so each read sees the present."""
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND query LIKE $1"
+    )
+    deadline = time.monotonic() + HANG
+    while not task.done() and not await admin.fetchval(sql, query):
+        assert time.monotonic() < deadline, f"{query} never waited for a lock"
+        await asyncio.sleep(0.02)
+
 
 async def test_a_migration_waiting_for_a_table_lock_lets_requests_through(
     empty_db_dsn: str,
@@ -40,11 +55,11 @@ async def test_a_migration_waiting_for_a_table_lock_lets_requests_through(
         await held.start()
         await holder.fetchval("SELECT x FROM t")
         migrating = asyncio.create_task(run_migrations(empty_db_dsn, tmp_path))
-        await asyncio.sleep(0.3)  # the ALTER has queued for the holder's lock
-        assert await asyncio.wait_for(reader.fetchval("SELECT x FROM t"), 2) == 1
+        await _queued_for_a_lock(reader, "%ALTER TABLE t %", migrating)
+        assert await asyncio.wait_for(reader.fetchval("SELECT x FROM t"), HANG) == 1
         assert not migrating.done()  # it waits for its turn, not refused
         await held.rollback()
-        assert await asyncio.wait_for(migrating, 5) == ["0002_y.sql"]
+        assert await asyncio.wait_for(migrating, HANG) == ["0002_y.sql"]
     finally:
         await holder.close()
         await reader.close()
@@ -87,7 +102,7 @@ async def test_a_long_backfill_waits_out_the_row_locks_of_short_request_transact
     serving = [asyncio.create_task(serve(c, 1 + 7 * i)) for i, c in enumerate(requests)]
     try:
         await asyncio.sleep(0.1)
-        assert await asyncio.wait_for(run_migrations(empty_db_dsn, tmp_path), 5) == [
+        assert await asyncio.wait_for(run_migrations(empty_db_dsn, tmp_path), HANG) == [
             "0002_backfill.sql"
         ]
     finally:
@@ -108,6 +123,7 @@ from proxy.store import migrations
 
 migrations.MIGRATIONS_DIR = Path(sys.argv[1])
 migrations.LOCK_WAIT_SECONDS = 0.2
+migrations.LOCK_RETRY_SECONDS = 600  # a stop that waited for the next attempt would hang
 raise SystemExit(cli.main(["migrate", "--database-url", sys.argv[2]]))
 """
 
@@ -133,7 +149,7 @@ async def test_migrate_held_behind_a_long_transaction_says_so_and_stops_on_sigte
             stderr=sink,
         )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG
         while "waits for a lock" not in err.read_text():
             assert child.poll() is None, err.read_text()
             assert time.monotonic() < deadline, "no warning while it waits"
@@ -141,7 +157,7 @@ async def test_migrate_held_behind_a_long_transaction_says_so_and_stops_on_sigte
         child.send_signal(signal.SIGTERM)
         started = time.monotonic()
         while child.poll() is None:
-            assert time.monotonic() - started < 1.5, "SIGTERM did not end the wait"
+            assert time.monotonic() - started < HANG, "SIGTERM did not end the wait"
             await asyncio.sleep(0.05)
         assert child.returncode == 128 + signal.SIGTERM
     finally:
@@ -175,10 +191,11 @@ async def test_a_lock_timeout_of_the_database_does_not_bound_the_wait_for_anothe
         await held.start()
         await migrating.execute("SELECT pg_advisory_xact_lock($1)", migrations._LOCK_KEY)
         starting = asyncio.create_task(run_migrations(empty_db_dsn, tmp_path))
-        await asyncio.sleep(0.4)
+        await _queued_for_a_lock(admin, "%pg_advisory_xact_lock%", starting)
+        await asyncio.sleep(0.4)  # waiting past the database's lock_timeout
         await held.commit()
         await migrating.close()
-        assert await asyncio.wait_for(starting, 5) == ["0001_t.sql"]
+        assert await asyncio.wait_for(starting, HANG) == ["0001_t.sql"]
     finally:
         await admin.close()
 
@@ -202,9 +219,10 @@ async def test_a_statement_timeout_of_the_database_cuts_neither_a_long_migration
         await migrating.execute("SET LOCAL statement_timeout = 0")
         await migrating.execute("SELECT pg_advisory_xact_lock($1)", migrations._LOCK_KEY)
         starting = asyncio.create_task(run_migrations(empty_db_dsn, tmp_path))
-        await asyncio.sleep(0.3)
+        await _queued_for_a_lock(admin, "%pg_advisory_xact_lock%", starting)
+        await asyncio.sleep(0.3)  # waiting past the database's statement_timeout
         await held.commit()
         await migrating.close()
-        assert await asyncio.wait_for(starting, 5) == ["0001_slow.sql"]
+        assert await asyncio.wait_for(starting, HANG) == ["0001_slow.sql"]
     finally:
         await admin.close()

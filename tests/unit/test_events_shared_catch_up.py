@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from proxy.api import catch_up, events
+from proxy.api import catch_up, event_cursor, events
 from proxy.bus import RELISTENED, BusEvent
 from proxy.config import Config
 from proxy.stopping import StopClock
@@ -91,6 +91,19 @@ async def _open(n: int, bus: _Bus, session: tuple[str, str, datetime]) -> tuple[
     while sum(events.LIVE in f for f in frames) < n:  # every replay done
         await asyncio.sleep(0.001)
     return tasks, frames
+
+
+def _holds(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """The ids the streams hold back from now on, one entry per hold (``Cursor.hold``)."""
+    held: list[int | None] = []
+    hold = event_cursor.Cursor.hold
+
+    def noted(cursor: event_cursor.Cursor, event_id: int | None) -> None:
+        held.append(event_id)
+        hold(cursor, event_id)
+
+    monkeypatch.setattr(event_cursor.Cursor, "hold", noted)
+    return held
 
 
 async def _close(tasks: list[asyncio.Task[None]]) -> None:
@@ -227,8 +240,12 @@ async def test_a_live_event_whose_read_fails_costs_one_read_not_one_each(
         raise DatabaseUnavailable("the database is down")
 
     monkeypatch.setattr(events.store, "fetch_session_events_after", outage)
+    held = _holds(monkeypatch)
     bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))
-    await asyncio.sleep(0.2)  # each stream holds the event back for a catch-up
+    deadline = asyncio.get_running_loop().time() + 20  # bounds a hang, not the machine's pace
+    while held != [1] * STREAMS:  # each stream holds the event back for a catch-up
+        assert asyncio.get_running_loop().time() < deadline, held
+        await asyncio.sleep(0.001)
     assert table.reads <= 2, table.reads
     table.reads = 0
     bus.live(RELISTENED)  # which ends each stream, after one more read, shared too

@@ -246,7 +246,7 @@ class Stack:
             session,
         )
 
-    def settle(self, session: str, requests: int, timeout: float = 5.0) -> None:
+    def settle(self, session: str, requests: int, timeout: float = 20.0) -> None:
         """Wait until ``requests`` steps have finished (each publishes one context.usage)."""
         wait_until(
             lambda: len(self.events(session, "context.usage")) >= requests,
@@ -332,3 +332,19 @@ def compaction_events(s: Stack, session: str) -> list[dict[str, Any]]:
         "context.compaction.completed",
         "context.compaction.failed",
     )
+
+
+def compact_now_called(s: Stack) -> threading.Event:
+    """An event set once the replica's summarizer is next asked to compact now (``/compact``,
+    or a request over the hard threshold once it measured): from then on that caller has
+    its session and waits for the compaction in flight, what a test orders its next step by."""
+    summarizer = s.proxy.state("summarizer")
+    compact_now = summarizer.compact_now
+    asked = threading.Event()
+
+    async def noted(job: Any, *args: Any) -> Any:
+        asked.set()
+        return await compact_now(job, *args)
+
+    summarizer.compact_now = noted
+    return asked

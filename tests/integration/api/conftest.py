@@ -137,9 +137,10 @@ def stop_all(servers: list[ProxyServer]) -> None:
         server.stop()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 3.0) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
     """``predicate()``'s first truthy value, polled every 20 ms; its last value after
-    ``timeout`` (the caller's assertion says what was missing)."""
+    ``timeout`` (the caller's assertion says what was missing). The default bounds a hang:
+    what is waited for comes as soon as the proxy gets to it, however loaded the machine."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -37,7 +37,7 @@ def test_a_read_that_finds_every_connection_held_is_a_503_with_retry_after(
 
     async def run() -> tuple[list[httpx.Response], list[float], int, int]:
         admin = await asyncpg.connect(db_dsn)
-        async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=3) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as http:
             try:
                 tx = admin.transaction()
                 await tx.start()
@@ -61,5 +61,7 @@ def test_a_read_that_finds_every_connection_held_is_a_503_with_retry_after(
         assert answer.headers["retry-after"] == "1"
         error = answer.json()["error"]
         assert error["code"] == "server_busy" and "CASCADE_POOL_MAX_SIZE" in error["message"]
-    assert all(0.25 <= w < 1.5 for w in waited), waited  # waited for a connection, then gave up
+    # waited the bound (0.3 s), then gave up: 5x under the default bound (10 s) one that
+    # ignored the setting waits, and a queue waits for the lock (the client's 30 s)
+    assert all(0.25 <= w < 2.0 for w in waited), waited
     assert first == 200 and later == 200  # the connection came back: nothing leaked

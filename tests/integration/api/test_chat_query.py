@@ -124,6 +124,6 @@ def test_a_compaction_started_by_a_request_sends_its_query_string_too(
         agent = Agent(s.client("query-compaction"))
         for i in range(5):  # the fifth crosses softFraction
             agent.say(words(450, f"t{i}"), extra_query=query)
-        wait_until(lambda: s.summaries("query-compaction"), 5.0, "the background summary")
+        wait_until(lambda: s.summaries("query-compaction"), what="the background summary")
     fast = [r.query for r in fake_upstream.requests if r.path == CHAT and r.json["model"] == FAST]
     assert fast and set(fast) == {"api-version=2024-10-21"}

@@ -23,6 +23,7 @@ from tests.integration.api.compaction_stack import (
     Agent,
     Model,
     Stack,
+    compact_now_called,
     wait_until,
     words,
 )
@@ -93,11 +94,12 @@ def _racing(
             agent.say(words(200, f"t{i}"))
         s.replied(SID)
         race.threads.append(_post_compact(s.proxy.origin, OTHER_KEY, race.first))
-        wait_until(lambda: len(model.fast_times) == 1, 10, "the first compaction's call")
+        wait_until(lambda: len(model.fast_times) == 1, what="the first compaction's call")
         agent.say("meanwhile")  # more to fold once the first compaction is done
         s.replied(SID)
+        asked = compact_now_called(s)
         race.threads.append(_post_compact(s.proxy.origin, CLIENT_KEY, race.second))
-        time.sleep(0.3)  # it waits for the first's claim
+        assert asked.wait(20), "the second /compact did not wait"  # for the first's claim
         yield race
 
 

@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -31,6 +30,7 @@ from tests.integration.api.compaction_stack import (
     Agent,
     Model,
     Stack,
+    compact_now_called,
     compaction_events,
     stack,
     wait_until,
@@ -63,21 +63,6 @@ def _compact(s: Stack, sid: str, out: list[httpx.Response]) -> threading.Thread:
     return thread
 
 
-def _noted(s: Stack) -> threading.Event:
-    """An event set once the replica's summarizer is asked to compact now (as a request
-    over the hard threshold does once it measured): from then on it waits for the claim."""
-    summarizer = s.proxy.state("summarizer")
-    compact_now = summarizer.compact_now
-    asked = threading.Event()
-
-    async def noted(job: Any, *args: Any) -> Any:
-        asked.set()
-        return await compact_now(job, *args)
-
-    summarizer.compact_now = noted
-    return asked
-
-
 def _a_hard_chat_waits_it_out(
     s: Stack,
     agent: Agent,
@@ -88,20 +73,20 @@ def _a_hard_chat_waits_it_out(
 ) -> list[str]:
     """With ``/compact``'s summary ``held`` (``compacting``: its thread and answer), a turn
     of ``under`` tokens, then a chat of ``over`` tokens on a thread, which waits for the
-    claim (``_noted``); then the summary comes, ``/compact`` is answered 200 and the chat
-    too: what the chat said."""
+    claim (``compact_now_called``); then the summary comes, ``/compact`` is answered 200
+    and the chat too: what the chat said."""
     compact, out = compacting
-    waiting = _noted(s)
+    waiting = compact_now_called(s)
     agent.say(words(under, "m"))
     said: list[str] = []
     chat = threading.Thread(target=lambda: said.append(agent.say(words(over, "big"))))
     chat.start()
     try:
-        assert waiting.wait(10), "the request over the hard threshold did not wait"
+        assert waiting.wait(20), "the request over the hard threshold did not wait"
     finally:
         held.allow(20)
-    compact.join(15)
-    chat.join(15)
+    compact.join(30)
+    chat.join(30)
     assert out and out[0].status_code == 200, out[0].text if out else "no answer"
     return said
 
@@ -123,16 +108,16 @@ def test_a_compact_sent_during_a_turn_folds_that_turns_reply(
         s.replied(sid)
         turn = threading.Thread(target=agent.say_stream if stream else agent.say, args=(LAST,))
         turn.start()
-        wait_until(lambda: len(s.main_bodies()) == 4, 10, "the last turn at the provider")
+        wait_until(lambda: len(s.main_bodies()) == 4, what="the last turn at the provider")
         out: list[httpx.Response] = []
         compact = _compact(s, sid, out)
         try:  # the compaction waits behind the turn, in the session's queue on this replica
-            assert wait_for(lambda: out or s.proxy.queued(TENANT, sid) == 2, timeout=10)
+            assert wait_for(lambda: out or s.proxy.queued(TENANT, sid) == 2)
             assert not out, out[0].text
         finally:
             held.allow(20)
-        turn.join(15)
-        compact.join(15)
+        turn.join(30)
+        compact.join(30)
         assert not held.expired and agent.messages[-1]["content"] == "the held answer"
         assert out and out[0].status_code == 200, out[0].text if out else "no answer"
         body = out[0].json()
@@ -145,7 +130,9 @@ def test_a_compact_sent_during_a_turn_folds_that_turns_reply(
 def test_a_chat_during_a_compactions_summariser_call_is_served(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    held = Pacer(first=True)  # the summariser's answer, until the test lets it come
+    # the summariser's answer, until the test lets it come: a chat that waited for it
+    # would wait the patience out (60 s), 6x the 10 s the test gives it
+    held = Pacer(60, first=True)
     model = Model(fast_pacer=held)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
         agent = Agent(s.client("flowing"))
@@ -153,17 +140,17 @@ def test_a_chat_during_a_compactions_summariser_call_is_served(
         s.replied("flowing")
         out: list[httpx.Response] = []
         compact = _compact(s, "flowing", out)
-        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        wait_until(lambda: len(model.fast_times) == 1, what="the summariser's call")
         said: list[str] = []
         chat = threading.Thread(target=lambda: said.append(agent.say("meanwhile")))
         chat.start()
         try:  # served while the briefing is held: the compaction holds no turn on the session
-            assert wait_for(lambda: said, timeout=5), "the chat waited for the compaction"
+            assert wait_for(lambda: said, timeout=10), "the chat waited for the compaction"
             assert said == ["ok"] and not out
         finally:
             held.allow(20)
-        compact.join(15)
-        chat.join(5)
+        compact.join(30)
+        chat.join(30)
         assert not held.expired
         assert out and out[0].status_code == 200, out[0].text if out else "no answer"
         assert out[0].json()["compacted"]
@@ -189,7 +176,7 @@ def test_a_hard_request_that_waited_out_a_compact_measures_again_on_its_summary(
         s.replied("hardwait")
         out: list[httpx.Response] = []
         compact = _compact(s, "hardwait", out)
-        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        wait_until(lambda: len(model.fast_times) == 1, what="the summariser's call")
         # under the threshold (more for another compaction to fold), then over it
         said = _a_hard_chat_waits_it_out(s, agent, held, (compact, out), 50, 600)
         assert said == ["ok"]
@@ -220,7 +207,7 @@ def test_a_hard_request_still_over_after_a_compacts_summary_compacts_on_it(
         s.replied("stillover")
         out: list[httpx.Response] = []
         compact = _compact(s, "stillover", out)
-        wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+        wait_until(lambda: len(model.fast_times) == 1, what="the summariser's call")
         # under the threshold, then over 0.6 of 4000 before /compact's summary and after it
         said = _a_hard_chat_waits_it_out(s, agent, held, (compact, out), 200, 1500)
         assert said == ["ok"]
@@ -247,7 +234,7 @@ def test_a_compact_whose_client_leaves_while_another_compaction_runs_compacts_no
         s.replied("claimed")
         out: list[httpx.Response] = []
         first = _compact(s, "claimed", out)
-        wait_until(lambda: len(model.fast_times) == 1, 10, "the first compaction's call")
+        wait_until(lambda: len(model.fast_times) == 1, what="the first compaction's call")
         agent.say("meanwhile")  # more to fold once the first compaction is done
         s.replied("claimed")
         with (
@@ -258,7 +245,7 @@ def test_a_compact_whose_client_leaves_while_another_compaction_runs_compacts_no
         ):
             http.post("/v1/sessions/claimed/compact", timeout=0.5)
         held.allow(20)
-        first.join(15)
+        first.join(30)
         assert out and out[0].status_code == 200, out[0].text if out else "no answer"
         time.sleep(0.8)  # a poll of the claim lands at most 0.5 s after it is freed
         assert len(model.fast_times) == 1, "the compaction ran for a client that had left"
@@ -286,10 +273,10 @@ def test_a_compact_whose_client_leaves_during_the_summariser_call_completes(
                 + f"Host: {origin.netloc}\r\nAuthorization: Bearer {CLIENT_KEY}\r\n".encode()
                 + b"Content-Length: 0\r\n\r\n"
             )
-            wait_until(lambda: len(model.fast_times) == 1, 10, "the summariser's call")
+            wait_until(lambda: len(model.fast_times) == 1, what="the summariser's call")
         time.sleep(0.3)  # the server has read the hang-up before the briefing comes
         held.allow(20)
-        wait_until(lambda: s.summaries("left"), 10, "the summary of the abandoned compact")
+        wait_until(lambda: s.summaries("left"), what="the summary of the abandoned compact")
         assert not held.expired
         (row,) = s.summaries("left")
         assert row["version"] == 1 and row["invalidated_at"] is None

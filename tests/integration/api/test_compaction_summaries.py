@@ -211,7 +211,7 @@ def test_a_history_diverging_before_the_boundary_invalidates_the_summary(
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize={"hardFraction": 0.95}) as s:
         agent = Agent(s.client("diverge"))
         agent.fill()
-        (v1,) = wait_until(lambda: s.summaries("diverge"), 3.0, "the summary")
+        (v1,) = wait_until(lambda: s.summaries("diverge"), what="the summary")
         agent.say("still fine")
         assert summary_of(s.main_bodies()[-1]) == v1["content"]
         agent.messages[1] = {"role": "user", "content": "edited task: " + words(440, "e")}
@@ -222,7 +222,7 @@ def test_a_history_diverging_before_the_boundary_invalidates_the_summary(
         (row,) = s.summaries("diverge")[:1]
         assert row["invalidated_at"] is not None
         # the replacement is built from the edited history
-        wait_until(lambda: len(s.summaries("diverge")) == 2, 3.0, "a fresh summary")
+        wait_until(lambda: len(s.summaries("diverge")) == 2, what="a fresh summary")
         assert "edited task" in s.fast_bodies()[-1]["messages"][-1]["content"]
 
 

@@ -32,6 +32,7 @@ from tests.integration.api.test_compact_waits import SUMMARIZE, _compact
 
 TENANT = tenant_from_bearer(f"Bearer {CLIENT_KEY}")
 SID = "leaves"
+PATIENCE = 60.0  # of the held call: a session held until it runs out is 6x the 10 s waited
 
 
 def _leave_at_the_first_keep_alive(s: Stack, body: dict[str, Any]) -> None:
@@ -52,7 +53,8 @@ def _freed_then_first_answered(
     call comes (``held``), and its ``/compact`` is answered 200; then a poll of the claim
     has had its time."""
     try:
-        freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 2.0)
+        # held, the session would stay so until the call's patience (``PATIENCE``) ran out
+        freed = wait_for(lambda: s.proxy.queued(TENANT, SID) == 0, 10)
         assert freed, "the session stayed held for a client that had left"
     finally:
         held.allow(20)
@@ -64,7 +66,7 @@ def _freed_then_first_answered(
 def test_a_stream_whose_client_leaves_while_it_waits_for_a_compaction_ends_there(
     tmp_path: Path, db_dsn: str, fake_upstream: FakeUpstream
 ) -> None:
-    held = Pacer(first=True)  # /compact's summary, until the test lets it come
+    held = Pacer(PATIENCE, first=True)  # /compact's summary, until the test lets it come
     model = Model(fast_pacer=held)
     summarize = {**SUMMARIZE, "softFraction": 0.6, "hardFraction": 0.6}
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:
@@ -90,7 +92,7 @@ def test_a_compact_command_whose_client_leaves_while_another_compaction_runs_com
 ) -> None:
     """A chat message ``/compact`` waits for the compaction in flight as ``POST /compact``
     does, and its client leaving then ends it the same way: nothing compacted after it."""
-    held = Pacer(first=True)
+    held = Pacer(PATIENCE, first=True)
     model = Model(fast_pacer=held)
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=SUMMARIZE) as s:
         agent = Agent(s.client(SID))
@@ -115,7 +117,7 @@ def test_a_chat_not_streamed_whose_client_leaves_while_it_waits_for_a_compaction
 ) -> None:
     """With no keep-alive to write, the wait is watched all the same: the client's
     connection closing is the ``http.disconnect`` the watch hears."""
-    held = Pacer(first=True)
+    held = Pacer(PATIENCE, first=True)
     model = Model(fast_pacer=held)
     summarize = {**SUMMARIZE, "softFraction": 0.6, "hardFraction": 0.6}
     with stack(tmp_path, db_dsn, fake_upstream, model, summarize=summarize) as s:

@@ -124,7 +124,7 @@ def test_plain_and_streamed_chat_and_the_usage_learned(
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "hi, streamed"
     assert all(c.usage is None for c in chunks if not c.choices) or dialect.usage == "beside"
-    wait_until(lambda: _view(origin, f"plain-{dialect.name}")["message_count"] == 4, 5.0)
+    wait_until(lambda: _view(origin, f"plain-{dialect.name}")["message_count"] == 4)
     view = _view(origin, f"plain-{dialect.name}")
     sent = fake.chats()[-1].json["messages"]
     if dialect.usage == "never" or (dialect.known and "stream_options" not in dialect.known):
@@ -192,14 +192,14 @@ def test_the_summary_and_the_facts_are_asked_of_the_same_provider(
         messages.append({"role": "user", "content": words(450, f"t{i}")})
         got = client.chat.completions.create(model="agent-model", messages=messages)
         messages.append({"role": "assistant", "content": got.choices[0].message.content})
-    wait_until(lambda: _view(origin, sid).get("summary"), 5.0, "the summary")
+    wait_until(lambda: _view(origin, sid).get("summary"), what="the summary")
     headers = {"authorization": f"Bearer {CLIENT}"}
 
     def facts() -> list[str]:
         got = httpx.get(f"{origin}/v1/memory", headers=headers, timeout=10).json()
         return [f["text"] for f in got.get("data") or []]
 
-    wait_until(lambda: FACT in facts(), 5.0, "the promoted fact")
+    wait_until(lambda: FACT in facts(), what="the promoted fact")
     fast = [r.json for r in fake.chats() if r.json.get("model") == "fast-model"]
     assert fast, "no summary call reached the provider"
     assert _strict_refusals(dialect, fake) == []
@@ -313,14 +313,14 @@ def test_a_thinking_fast_model_past_the_unstreamed_bound_is_asked_streamed(
             messages.append({"role": "user", "content": words(450, f"t{i}")})
             got = client.chat.completions.create(model="agent-model", messages=messages)
             messages.append({"role": "assistant", "content": got.choices[0].message.content})
-        wait_until(lambda: _view(origin, sid).get("summary"), 5.0, "the summary")
+        wait_until(lambda: _view(origin, sid).get("summary"), what="the summary")
         headers = {"authorization": f"Bearer {CLIENT}"}
 
         def facts() -> list[str]:
             got = httpx.get(f"{origin}/v1/memory", headers=headers, timeout=10).json()
             return [f["text"] for f in got.get("data") or []]
 
-        wait_until(lambda: FACT in facts(), 5.0, "the promoted fact")
+        wait_until(lambda: FACT in facts(), what="the promoted fact")
         fast = [r.json for r in fake.chats() if r.json.get("model") == THINKER]
         # the summary's call is refused unstreamed and asked again streamed; the need is
         # learned, so the promotion's call streams from the first
@@ -346,7 +346,7 @@ def test_a_stream_the_provider_breaks_off_with_an_error_stores_no_reply(
     assert "".join(seen) == "half an answer"
     again = client.chat.completions.create(model="agent-model", messages=messages)
     assert again.choices[0].message.content == "the whole answer"
-    wait_until(lambda: _view(origin, sid)["message_count"] == 2, 5.0, "the retry's reply")
+    wait_until(lambda: _view(origin, sid)["message_count"] == 2, what="the retry's reply")
     headers = {"authorization": f"Bearer {CLIENT}"}
     stored = httpx.get(f"{origin}/v1/sessions/{sid}/messages", headers=headers, timeout=10)
     said = [m["message"].get("content") for m in stored.json()["data"]]

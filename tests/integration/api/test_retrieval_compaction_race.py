@@ -71,7 +71,7 @@ def test_a_compaction_landing_during_the_search_brings_back_nothing_the_prompt_h
         wait_until(lambda: column(db_dsn, embedded, SID)[0] >= stored - 1, 10, "embeddings")
         fake_upstream.script(*[slow_embedding] * 20, endpoint=EMBEDDINGS)
         agent.say(words(550, "t3"))  # crosses softFraction: compaction and search at once
-        wait_until(lambda: column(db_dsn, "SELECT count(*) FROM summaries")[0], 5, "summary")
+        wait_until(lambda: column(db_dsn, "SELECT count(*) FROM summaries")[0], what="summary")
     finally:
         server.stop()
 

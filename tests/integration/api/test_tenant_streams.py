@@ -153,7 +153,7 @@ def test_streams_ended_for_a_new_listener_end_with_only_their_tenants_events(
         acme, globex = _ids(_turn(a)), _ids(_turn(b))
         lost = _end_listener(proxy, db_dsn)
         _chat(origin, KEY_A, "acme in the gap")
-        assert wait_for(lambda: _listener_pid(proxy) not in (None, lost), 5)
+        assert wait_for(lambda: _listener_pid(proxy) not in (None, lost))
         acme |= _ids(_until_end(a))
         ended = _until_end(b)
     assert ended and not _ids(ended) & acme
