@@ -31,7 +31,6 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   el("span"),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
-  say(node.querySelector("span"), text); // its next words wait their turn (say.js)
   node.ms = ms;
   // held while the pointer is on it or the focus in it: it does not go from under a person
   // reading it, or from their keyboard's place on its close button
@@ -39,7 +38,11 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   node.addEventListener("focusin", () => clearTimeout(node.timer));
   node.addEventListener("pointerleave", () => later(node));
   node.addEventListener("focusout", (e) => { if (!node.contains(e.relatedTarget)) later(node); });
+  // Each toast is a live region of its own (its role), and the box holding them none: one
+  // inside another was announced twice. It goes in empty and its text is written after, a
+  // change of a region in the page, which is what a screen reader announces.
   $("toasts").append(node);
+  say(node.querySelector("span"), text); // its next words wait their turn (say.js)
   later(node);
   return node;
 }
