@@ -95,6 +95,14 @@ def tool_round(i: int, size: int) -> list[dict[str, Any]]:
     ]
 
 
+def stream_live(page: Any) -> None:
+    """The session view's event stream is live: the proxy said ``: live`` after its replay,
+    so every event it replays as it opens has been heard, and the loads they started are in
+    (the message list is not busy)."""
+    page.locator("#session-view[data-stream=live]").wait_for(state="attached")
+    wait_for(lambda: not page.evaluate("document.getElementById('message-list').ariaBusy"), page)
+
+
 def wait_for(predicate: Any, page: Any, timeout_ms: int = 8000) -> None:
     deadline = timeout_ms
     while not predicate():

@@ -15,7 +15,14 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied
 from tests.integration.ui.conftest import ROOMY, Page
-from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import (
+    api,
+    inject,
+    sign_in,
+    stream_live,
+    tool_round,
+    wait_for,
+)
 from tests.integration.ui.test_console_events import evict_row
 
 pytestmark = [pytest.mark.timeout(60), ROOMY]
@@ -91,7 +98,7 @@ def open_long(
     step(console_proxy, fake_upstream, sent, "done")
     page = sign_in(console, f"#/s/{SID}")
     page.get_by_test_id("message-list").get_by_text("done").wait_for()
-    page.wait_for_timeout(300)  # the events the stream replays as it opens
+    stream_live(page)  # the events the stream replays as it opens are in
     settled(page)
     while shown(page) < rows:
         before = shown(page)
