@@ -276,7 +276,7 @@ def test_the_actions_ask_first_and_the_list_filters(
     page.get_by_test_id("message-list").get_by_text("hi alpha").wait_for()
     page.get_by_test_id("action-reset").click()
     page.get_by_test_id("confirm-cancel").click()  # asked, and refused: nothing happens
-    page.wait_for_timeout(300)
+    page.get_by_test_id("confirm").wait_for(state="hidden")
     assert page.get_by_test_id("message-list").get_by_text("hi alpha").is_visible()
     page.get_by_test_id("action-reset").click()
     page.get_by_test_id("confirm-ok").click()

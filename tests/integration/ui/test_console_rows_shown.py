@@ -51,7 +51,7 @@ def layout_work(page: Any, act: Callable[[], None]) -> dict[str, int]:
     browser = page.context.browser
     browser.start_tracing(page=page, categories=TRACED)
     act()
-    page.wait_for_timeout(100)
+    page.evaluate("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
     trace = json.loads(browser.stop_tracing())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     out = {"styled": 0, "layouts": 0, "visited": 0}
