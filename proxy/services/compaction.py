@@ -238,30 +238,24 @@ class DurableSummarizer:
         pause: Callable[[float], Awaitable[None]] | None = None,
     ) -> CompactionResult | None:
         """Claim the session's compaction (waiting for the one in flight with ``wait``, else
-        giving up to it), compact, release the claim."""
-        owner = uuid.uuid4()
-        delays = claims.poll_delays()
+        giving up to it, to a failure's backoff, or to a lock on the row that outlasts the
+        claim's time to live), compact, release the claim."""
+        owner, ttl = uuid.uuid4(), self.leases.ttl
+        key = {"tenant": job.tenant, "session_id": job.session_id}
+        delays, locked_until = claims.poll_delays(), time.monotonic() + ttl
         while True:
             async with self._conn() as conn:
                 # a background compaction does not claim a session in a failure's backoff
                 if claim := await claims.claim_compaction(
-                    conn,
-                    tenant=job.tenant,
-                    session_id=job.session_id,
-                    owner=owner,
-                    ttl=self.leases.ttl,
-                    background=not wait,
-                    skip_locked=not wait,
+                    conn, **key, owner=owner, ttl=ttl, background=not wait, skip_locked=not wait
                 ):
                     break
-                if not wait:
-                    return None  # another replica is on it
-                if (
-                    await sessions.fetchrow_session(
-                        conn, tenant=job.tenant, session_id=job.session_id
-                    )
-                    is None
-                ):
+                if wait:
+                    give_up = await sessions.fetchrow_session(conn, **key) is None
+                else:  # the row locked by a short statement: tried again once it goes
+                    free = await claims.claim_free(conn, **key, background=True)
+                    give_up = not free or time.monotonic() > locked_until
+                if give_up:
                     return None
             await (pause or asyncio.sleep)(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)

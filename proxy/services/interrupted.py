@@ -117,7 +117,7 @@ class Closer:
                         skip_locked=True,  # a locked row is tried again later (``_again``)
                     ):
                         held.add((tenant, session_id))
-                        if not await claims.claim_held(conn, tenant=tenant, session_id=session_id):
+                        if await claims.claim_free(conn, tenant=tenant, session_id=session_id):
                             locked.add((tenant, session_id))  # its row, not its claim, held
                         continue
                     try:

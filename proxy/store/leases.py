@@ -36,6 +36,7 @@ __all__ = [
     "CLAIM_COMPACTION",
     "Claim",
     "claim_compaction",
+    "claim_free",
     "RENEW_CLAIMS",
     "renew_claims",
     "RELEASE_COMPACTION",
@@ -213,17 +214,22 @@ async def claim_compaction(
     return None if row is None else Claim(row[0])
 
 
-CLAIM_HELD = """
-SELECT compaction_owner IS NOT NULL AND compaction_expires > clock_timestamp()
+CLAIM_FREE = """
+SELECT (compaction_owner IS NULL OR compaction_expires < clock_timestamp())
+   AND NOT ($3 AND compaction_owner IS NULL
+            AND coalesce(compaction_expires > clock_timestamp(), false))
 FROM sessions WHERE tenant = $1 AND id = $2
 """
 
 
-async def claim_held(conn: Executor, *, tenant: str, session_id: str) -> bool:
-    """Whether a compaction holds the session's claim now, read without waiting for its row:
-    a claim with ``skip_locked`` not taken (None) while this is False met a locked row (or no
-    session), not another compaction."""
-    return bool(await conn.fetchval(CLAIM_HELD, tenant, session_id))
+async def claim_free(
+    conn: Executor, *, tenant: str, session_id: str, background: bool = False
+) -> bool:
+    """Whether the session's row, read without waiting for it, lets ``claim_compaction``
+    (with the same ``background``) take the claim: a claim with ``skip_locked`` not taken
+    while this is True met a locked row, not another compaction, a failure's backoff or a
+    deleted session, and is worth trying again once the lock goes."""
+    return bool(await conn.fetchval(CLAIM_FREE, tenant, session_id, background))
 
 
 RENEW_CLAIMS = """

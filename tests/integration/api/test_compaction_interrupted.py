@@ -142,7 +142,7 @@ def test_a_compaction_outlives_its_connections_while_the_fast_model_thinks(
         agent.fill()  # the 5th turn crosses softFraction: a background compaction starts
         wait_until(lambda: model.fast_times, what="the compaction to call the fast model")
         assert s.query(KILL)[0]["count"] >= 1
-        wait_until(lambda: s.summaries("kept"), 5.0, "the compaction's summary")
+        wait_until(lambda: s.summaries("kept"), what="the compaction's summary")
         events = wait_until(
             lambda: (e := compaction_events(s, "kept"))[-1]["name"] == COMPLETED and e,
             5.0,
@@ -171,7 +171,7 @@ def test_the_next_compaction_closes_one_cut_short(
             json.dumps({**cut, "session_id": "cut", "ts": "t"}),
         )[0]["id"]
         agent.say(words(450, "next"))  # crosses softFraction: the next compaction runs
-        wait_until(lambda: s.summaries("cut"), 5.0, "the next compaction's summary")
+        wait_until(lambda: s.summaries("cut"), what="the next compaction's summary")
         events = wait_until(
             lambda: (e := compaction_events(s, "cut"))[-1]["name"] == COMPLETED and e,
             5.0,

@@ -55,6 +55,23 @@ async def test_a_claim_that_can_come_later_skips_a_locked_row(pool: asyncpg.Pool
     )
 
 
+async def test_a_claim_is_free_only_when_its_row_alone_stood_in_the_way(
+    pool: asyncpg.Pool,
+) -> None:
+    """``claim_free`` tells a locked row (worth trying again) from another compaction's
+    claim, a failure's backoff (for a background claim only) and a missing session."""
+    await make_session(pool, "f")
+    key = {"tenant": T, "session_id": "f"}
+    assert await leases.claim_free(pool, **key, background=True)
+    assert await leases.claim_compaction(pool, owner=A, **key, ttl=TTL)
+    for background in (True, False):
+        assert not await leases.claim_free(pool, **key, background=background)
+    await leases.release_compaction(pool, **key, owner=A, backoff=60)
+    assert not await leases.claim_free(pool, **key, background=True)
+    assert await leases.claim_free(pool, **key)  # a hard or forced claim ends a backoff
+    assert not await leases.claim_free(pool, tenant=T, session_id="none", background=True)
+
+
 async def test_a_start_does_not_wait_for_a_locked_session_to_close_its_compaction(
     pool: asyncpg.Pool,
 ) -> None:
