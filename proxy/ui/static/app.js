@@ -18,10 +18,11 @@ let sessions = [];
 export function toast(text, kind = "info", ms = 12000, key = null) {
   const shown = [...$("toasts").children].find((node) => (key === null
     ? !node.dataset.key && node.dataset.kind === kind &&
-      node.querySelector("span").textContent === text
+      node.said === text
     : node.dataset.key === key));
   if (shown) {
-    say(shown.querySelector("span"), text); // a burst of updates is not said each
+    shown.said = text;
+    if (shown.written) say(shown.querySelector("span"), text); // a burst is not said each
     shown.ms = ms;
     later(shown);
     return shown;
@@ -39,10 +40,18 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   node.addEventListener("pointerleave", () => later(node));
   node.addEventListener("focusout", (e) => { if (!node.contains(e.relatedTarget)) later(node); });
   // Each toast is a live region of its own (its role), and the box holding them none: one
-  // inside another was announced twice. It goes in empty and its text is written after, a
-  // change of a region in the page, which is what a screen reader announces.
+  // inside another was announced twice. It goes in empty and its text (`said`, the last
+  // given) is written once a frame has shown it: a region that comes with its text already
+  // in it is not announced, only a change of one the reader already has. An alert is
+  // announced as it comes, so its text goes in at once; so does a hidden page's (no frame).
+  node.said = text;
+  const write = () => {
+    node.written = true;
+    say(node.querySelector("span"), node.said); // its next words wait their turn (say.js)
+  };
   $("toasts").append(node);
-  say(node.querySelector("span"), text); // its next words wait their turn (say.js)
+  if (kind === "error" || document.hidden) write();
+  else requestAnimationFrame(() => setTimeout(write));
   later(node);
   return node;
 }
