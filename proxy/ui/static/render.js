@@ -59,8 +59,8 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
   bar.setAttribute("aria-valuemax", String(limit));
   bar.setAttribute("aria-valuenow", String(occupancy));
   // what the text line shows, in words: a bare aria-valuenow is read as a number of tokens
-  bar.setAttribute("aria-valuetext",
-    `${share}% of the window, ${num(occupancy)} of ${num(limit)} tokens`);
+  const said = `${share}% of the window, ${num(occupancy)} of ${num(limit)} tokens`;
+  bar.setAttribute("aria-valuetext", said);
   bar.dataset.occupancy = String(occupancy);
   bar.replaceChildren();
   legend.replaceChildren();
@@ -69,6 +69,7 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
   const estimated = PARTS.reduce((sum, [k]) => sum + (usage[k] || 0), 0);
   if (estimated > 0 && Math.abs(estimated - occupancy) > 0.02 * limit) {
     text.textContent += ` · about ${num(estimated)} now`; // the window changed since
+    bar.setAttribute("aria-valuetext", `${said}, about ${num(estimated)} now`);
   }
   for (const [key, label] of PARTS) {
     const tokens = usage[key] || 0;
