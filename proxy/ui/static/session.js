@@ -95,6 +95,7 @@ export class SessionView {
     if (this.following) return;
     this.following = true;
     let again = false; // the stream was open before: this is a reconnection
+    $("session-view").dataset.stream = "connecting";
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
         // the stream's state, on the view for a test to wait on ("live": its replay is in)
