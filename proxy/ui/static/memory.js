@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { el } from "./render.js";
+import { atEnd } from "./scroll.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -12,14 +13,14 @@ const $ = (id) => document.getElementById(id);
 // Shown while the page is at its end, the prompt does not cover the composer there either.
 function room(on) {
   const page = document.scrollingElement;
-  const atEnd = page.scrollHeight - page.scrollTop - page.clientHeight < 40;
+  const end = atEnd();
   const below = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
   $("main").style.paddingBottom = below;
   // a window too narrow for the prompt and the toasts side by side stacks them (app.css)
   document.documentElement.style.setProperty("--prompt-room", below);
   $("composer").style.scrollMarginBottom = below;
   const tall = page.scrollHeight > page.clientHeight;
-  if (on && atEnd && tall) $("composer").scrollIntoView({ block: "end" });
+  if (on && end && tall) $("composer").scrollIntoView({ block: "end" });
 }
 
 export class MemoryPrompt {

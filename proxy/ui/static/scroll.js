@@ -9,6 +9,16 @@ export function atEnd() {
   return page.scrollHeight - page.scrollTop - page.clientHeight < 40;
 }
 
+// The window made shorter (resized, zoomed in, an on-screen keyboard) keeps the page's top,
+// which takes the end out of sight of a reader who was there: the next rows would no longer
+// follow. A reader at the end as of the page's last scroll is put back there; one scrolled
+// up stays.
+let following = true;
+addEventListener("scroll", () => { following = atEnd(); }, { passive: true });
+addEventListener("resize", () => {
+  if (following && !$("session-view").hidden) $("composer").scrollIntoView({ block: "end" });
+});
+
 // The page scrolled to the composer, and again a few frames on while the page's height
 // changes: a row out of sight is laid out at a guessed height (app.css), and the rows
 // scrolled into sight take their own once they are drawn, a frame or two later. Each frame

@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import posted, sign_in
+from tests.integration.ui.test_console import posted, sign_in, stream_live, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -116,3 +116,32 @@ def test_a_stream_the_proxy_ended_is_not_live(console: Page, console_proxy: Prox
     page = sign_in(console, "#/s/ended")
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
     page.locator("#session-view[data-stream=reconnecting]").wait_for(state="attached")
+
+
+# the composer, which ends the page, is in sight at the window's bottom
+_AT_END = """() => { const r = document.getElementById("composer").getBoundingClientRect();
+  return r.bottom > 0 && r.bottom <= innerHeight + 1; }"""
+_FRAME = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
+def test_a_reader_following_the_end_stays_there_when_the_window_gets_shorter(
+    console: Page, console_proxy: ProxyServer
+) -> None:
+    """The window made shorter (resized, zoomed in, an on-screen keyboard) keeps the page's
+    top, taking the end out of sight: a reader who was at the end is put back there, so the
+    next rows still follow; a reader scrolled up stays where they are."""
+    said = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i}"} for i in range(30)
+    ]
+    posted(console_proxy, "resized", said)
+    page = sign_in(console, "#/s/resized")
+    page.get_by_test_id("message-list").get_by_text("line 29").wait_for()
+    stream_live(page)
+    wait_for(lambda: page.evaluate(_AT_END), page)
+    page.set_viewport_size({"width": 1280, "height": 560})
+    wait_for(lambda: page.evaluate(_AT_END), page)
+    page.evaluate("document.scrollingElement.scrollTop = 0")
+    page.evaluate(_FRAME)  # its scroll event handled
+    page.set_viewport_size({"width": 1280, "height": 400})
+    page.evaluate(_FRAME)  # its resize event handled
+    assert page.evaluate("document.scrollingElement.scrollTop") == 0
