@@ -145,3 +145,18 @@ def test_a_reader_following_the_end_stays_there_when_the_window_gets_shorter(
     page.set_viewport_size({"width": 1280, "height": 400})
     page.evaluate(_FRAME)  # its resize event handled
     assert page.evaluate("document.scrollingElement.scrollTop") == 0
+
+
+def test_a_stream_not_yet_answered_is_connecting(console: Page, console_proxy: ProxyServer) -> None:
+    """Until the proxy answers the stream's request the view says ``connecting``, then
+    ``live``: no state is missing from ``data-stream`` (none meant "not yet" before)."""
+    posted(console_proxy, "asking", [{"role": "user", "content": "hi"}])
+    held: list[Any] = []
+    console.page.route("**/v1/sessions/asking/events", lambda route: held.append(route))
+    page = sign_in(console, "#/s/asking")
+    view = page.locator("#session-view")
+    page.locator("#session-view[data-stream=connecting]").wait_for(state="attached")
+    wait_for(lambda: bool(held), page)
+    assert view.get_attribute("data-stream") == "connecting"
+    held[0].continue_()
+    page.locator("#session-view[data-stream=live]").wait_for(state="attached")
