@@ -278,6 +278,7 @@ export async function followEvents(sessionId, onEvent, signal, onState = () => {
         try { data = JSON.parse(frame.data); } catch (_) { /* keep {} */ }
         onEvent(frame.event, data);
       }
+      if (!signal.aborted) onState("reconnecting"); // the proxy ended it: not live meanwhile
     } catch (err) {
       if (signal.aborted) return;
       onState("reconnecting", err);

@@ -18,10 +18,11 @@ let sessions = [];
 export function toast(text, kind = "info", ms = 12000, key = null) {
   const shown = [...$("toasts").children].find((node) => (key === null
     ? !node.dataset.key && node.dataset.kind === kind &&
-      node.querySelector("span").textContent === text
+      node.said === text
     : node.dataset.key === key));
   if (shown) {
-    say(shown.querySelector("span"), text); // a burst of updates is not said each
+    shown.said = text;
+    if (shown.written) say(shown.querySelector("span"), text); // a burst is not said each
     shown.ms = ms;
     later(shown);
     return shown;
@@ -31,7 +32,6 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   el("span"),
   el("button", { type: "button", class: "link", "aria-label": "Close", text: "×",
     onclick: () => node.remove() }));
-  say(node.querySelector("span"), text); // its next words wait their turn (say.js)
   node.ms = ms;
   // held while the pointer is on it or the focus in it: it does not go from under a person
   // reading it, or from their keyboard's place on its close button
@@ -39,7 +39,19 @@ export function toast(text, kind = "info", ms = 12000, key = null) {
   node.addEventListener("focusin", () => clearTimeout(node.timer));
   node.addEventListener("pointerleave", () => later(node));
   node.addEventListener("focusout", (e) => { if (!node.contains(e.relatedTarget)) later(node); });
+  // Each toast is a live region of its own (its role), and the box holding them none: one
+  // inside another was announced twice. It goes in empty and its text (`said`, the last
+  // given) is written once a frame has shown it: a region that comes with its text already
+  // in it is not announced, only a change of one the reader already has. An alert is
+  // announced as it comes, so its text goes in at once; so does a hidden page's (no frame).
+  node.said = text;
+  const write = () => {
+    node.written = true;
+    say(node.querySelector("span"), node.said); // its next words wait their turn (say.js)
+  };
   $("toasts").append(node);
+  if (kind === "error" || document.hidden) write();
+  else requestAnimationFrame(() => setTimeout(write));
   later(node);
   return node;
 }

@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { el } from "./render.js";
+import { atEnd } from "./scroll.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -12,14 +13,14 @@ const $ = (id) => document.getElementById(id);
 // Shown while the page is at its end, the prompt does not cover the composer there either.
 function room(on) {
   const page = document.scrollingElement;
-  const atEnd = page.scrollHeight - page.scrollTop - page.clientHeight < 40;
+  const end = atEnd();
   const below = on ? `calc(${$("memory-prompt").offsetHeight}px + 2rem)` : "";
   $("main").style.paddingBottom = below;
   // a window too narrow for the prompt and the toasts side by side stacks them (app.css)
   document.documentElement.style.setProperty("--prompt-room", below);
   $("composer").style.scrollMarginBottom = below;
   const tall = page.scrollHeight > page.clientHeight;
-  if (on && atEnd && tall) $("composer").scrollIntoView({ block: "end" });
+  if (on && end && tall) $("composer").scrollIntoView({ block: "end" });
 }
 
 export class MemoryPrompt {
@@ -31,6 +32,26 @@ export class MemoryPrompt {
     this.asking = null; // the lookup of the suggestions waiting (ask)
     this.askAgain = false;
     this.answering = false; // an accept or reject is on its way
+    // where the focus came into the prompt from; kept while it comes from nowhere (an
+    // answer's next suggestion given the focus the hidden prompt lost to the page's body)
+    this.opener = null;
+    const on = (type, fn) => $("memory-prompt").addEventListener(type, fn, { signal });
+    on("focusin", (e) => {
+      const from = e.relatedTarget;
+      if (from && !$("memory-prompt").contains(from)) this.opener = from;
+    });
+    on("keydown", (e) => { if (e.key === "Escape") { e.preventDefault(); this.putAway(); } });
+  }
+
+  // Escape: the prompt goes unanswered (the suggestion still waits, asked again at its next
+  // cue or the view's next open; the CLI and the API answer it too), and the focus goes
+  // back where it came from, or to the composer when that place is gone.
+  putAway() {
+    if (this.answering) return;
+    const back = this.opener && this.opener.isConnected && this.opener.checkVisibility()
+      ? this.opener : $("composer-input");
+    this.hide();
+    back.focus();
   }
 
   // A memory.suggestion event (live, or replayed from the start when the stream opens) is

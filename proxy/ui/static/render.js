@@ -43,6 +43,7 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
     text.textContent = "No usage yet: the first message starts the session.";
     bar.removeAttribute("aria-valuemax");
     bar.setAttribute("aria-valuenow", "0");
+    bar.setAttribute("aria-valuetext", "No usage yet");
     bar.dataset.occupancy = "0";
     bar.replaceChildren();
     legend.replaceChildren();
@@ -53,10 +54,13 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
   const limit = session.context_limit;
   const occupancy = session.occupancy || 0;
   const usage = session.usage || {};
-  text.textContent = `${num(occupancy)} / ${num(limit)} tokens ` +
-    `(${(100 * occupancy / limit).toFixed(1)}%)`;
+  const share = (100 * occupancy / limit).toFixed(1);
+  text.textContent = `${num(occupancy)} / ${num(limit)} tokens (${share}%)`;
   bar.setAttribute("aria-valuemax", String(limit));
   bar.setAttribute("aria-valuenow", String(occupancy));
+  // what the text line shows, in words: a bare aria-valuenow is read as a number of tokens
+  const said = `${share}% of the window, ${num(occupancy)} of ${num(limit)} tokens`;
+  bar.setAttribute("aria-valuetext", said);
   bar.dataset.occupancy = String(occupancy);
   bar.replaceChildren();
   legend.replaceChildren();
@@ -65,6 +69,7 @@ export function renderUsage(session, { bar, legend, text, reclaimed }) {
   const estimated = PARTS.reduce((sum, [k]) => sum + (usage[k] || 0), 0);
   if (estimated > 0 && Math.abs(estimated - occupancy) > 0.02 * limit) {
     text.textContent += ` · about ${num(estimated)} now`; // the window changed since
+    bar.setAttribute("aria-valuetext", `${said}, about ${num(estimated)} now`);
   }
   for (const [key, label] of PARTS) {
     const tokens = usage[key] || 0;

@@ -95,8 +95,11 @@ export class SessionView {
     if (this.following) return;
     this.following = true;
     let again = false; // the stream was open before: this is a reconnection
+    $("session-view").dataset.stream = "connecting";
     followEvents(this.id, (name, data) => this.onEvent(name, data), this.abort.signal,
       (state, err) => {
+        // the stream's state, on the view for a test to wait on ("live": its replay is in)
+        if (!this.abort.signal.aborted) $("session-view").dataset.stream = state;
         if (state !== "reconnecting") this.replaying = false;
         if (state === "gone" || state === "forbidden") {
           this.following = false;
@@ -123,6 +126,7 @@ export class SessionView {
   close() {
     this.composer.keep();
     this.abort.abort();
+    delete $("session-view").dataset.stream;
     this.live.drop();
     this.memory.hide(); // and the room the page kept for it
     if (this.handoff) this.handoff.remove(); // about this view's session: it goes with it

@@ -95,6 +95,14 @@ def tool_round(i: int, size: int) -> list[dict[str, Any]]:
     ]
 
 
+def stream_live(page: Any) -> None:
+    """The session view's event stream is live: the proxy said ``: live`` after its replay,
+    so every event it replays as it opens has been heard, and the loads they started are in
+    (the message list is not busy)."""
+    page.locator("#session-view[data-stream=live]").wait_for(state="attached")
+    wait_for(lambda: not page.evaluate("document.getElementById('message-list').ariaBusy"), page)
+
+
 def wait_for(predicate: Any, page: Any, timeout_ms: int = 8000) -> None:
     deadline = timeout_ms
     while not predicate():
@@ -268,7 +276,7 @@ def test_the_actions_ask_first_and_the_list_filters(
     page.get_by_test_id("message-list").get_by_text("hi alpha").wait_for()
     page.get_by_test_id("action-reset").click()
     page.get_by_test_id("confirm-cancel").click()  # asked, and refused: nothing happens
-    page.wait_for_timeout(300)
+    page.get_by_test_id("confirm").wait_for(state="hidden")
     assert page.get_by_test_id("message-list").get_by_text("hi alpha").is_visible()
     page.get_by_test_id("action-reset").click()
     page.get_by_test_id("confirm-ok").click()

@@ -11,7 +11,14 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import (
+    api,
+    inject,
+    sign_in,
+    stream_live,
+    tool_round,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,7 +50,7 @@ def test_a_streaming_delta_does_not_search_the_message_list(
     page = sign_in(console, f"#/s/{SID}")
     listed = page.get_by_test_id("message-list")
     listed.get_by_text("done").wait_for()
-    page.wait_for_timeout(300)  # the events the stream replays as it opens
+    stream_live(page)  # the events the stream replays as it opens are in
     page.evaluate("window.listSearches = 0")
     for i in range(5):
         inject(db_dsn, SID, "session.message.delta.appended", {"choice": 0, "delta": f"tok{i} "})

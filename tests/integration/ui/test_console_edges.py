@@ -44,7 +44,8 @@ def test_a_session_whose_first_load_failed_reads_it_again_by_itself(
     console.page.route("**/v1/sessions/flaky", session)
     page = sign_in(console, "#/s/flaky")
     wait_for(lambda: any("/v1/sessions/flaky/events" in u for u in console.urls), page)
-    page.wait_for_timeout(1200)  # the stream is open and has replayed: no event is to come
+    # the stream is open and has replayed: no event is to come
+    page.locator("#session-view[data-stream=live]").wait_for(state="attached")
     failing["on"] = False
     page.get_by_test_id("usage-text").filter(has_text="tokens").wait_for(timeout=12_000)
     assert "agent" in page.locator("#session-meta").inner_text()

@@ -17,7 +17,14 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import TENANT, Page
-from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import (
+    api,
+    inject,
+    sign_in,
+    stream_live,
+    tool_round,
+    wait_for,
+)
 from tests.integration.ui.test_console_audit import started
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +70,7 @@ def test_a_repeated_handoff_suggestion_updates_its_toast(
     page.reload()  # the stream replays both: still one toast, saying the latest
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
     toasts.filter(has_text="95%").wait_for()
-    page.wait_for_timeout(300)
+    stream_live(page)  # the replay is in: a second toast would be there
     assert toasts.count() == 1
 
 

@@ -27,7 +27,14 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import ROOMY, TENANT, Page
-from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import (
+    api,
+    inject,
+    sign_in,
+    stream_live,
+    tool_round,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.timeout(120), ROOMY]
 
@@ -190,7 +197,7 @@ def test_live_events_on_a_long_session_fetch_only_what_changed(
     page = sign_in(console, f"#/s/{SID}")
     rows = page.get_by_test_id("message-list").locator("[data-testid=message]")
     page.get_by_test_id("message-list").get_by_text("turn 0 answered").wait_for(timeout=30_000)
-    page.wait_for_timeout(500)  # the events the stream replays as it opens
+    stream_live(page)  # the events the stream replays as it opens are in
     start = loads.mark()
     opening = (start, loads.full(), loads.bytes())
     busy = loads.busy()
@@ -457,10 +464,9 @@ def test_earlier_rows_are_not_dropped_by_a_reload_that_was_under_way(
     page.route(f"**/v1/sessions/{sid}", hold)
     inject(db_dsn, sid, "context.evicted", {"count": 1})
     wait_for(lambda: len(held) == 1, page)
-    earlier.click()
-    page.wait_for_timeout(300)
+    earlier.click()  # its handler runs as the click is dispatched: it waits for the reload
     held[0].continue_()
     earlier.filter(has_text="(52 not shown)").wait_for()
-    page.wait_for_timeout(300)
+    wait_for(lambda: not page.evaluate("document.getElementById('message-list').ariaBusy"), page)
     assert rows.count() == 2 * WINDOW
     assert earlier.inner_text().endswith("(52 not shown)")

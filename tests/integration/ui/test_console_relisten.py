@@ -15,7 +15,7 @@ from proxy.api import reconnect
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.api.test_health import sql
 from tests.integration.ui.conftest import Page
-from tests.integration.ui.test_console import api, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import api, sign_in, stream_live, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 from tests.integration.ui.test_console_events import events_requests, evict_row
 
@@ -43,7 +43,7 @@ def test_a_stream_ended_as_the_listener_comes_back_reconnects_and_reads_the_rows
     shown = rows.count()
     bus = console_proxy.state("bus")
     wait_for(lambda: len(events_requests(console, "gap")) == 1 and bool(bus._subs), page)
-    page.wait_for_timeout(300)  # past `: live`
+    stream_live(page)  # past `: live`
     _end_listener(console_proxy, db_dsn)
     evict_row(db_dsn, "gap", 2)  # as an eviction whose transient event the gap swallowed
     wait_for(lambda: len(events_requests(console, "gap")) == 2, page)
@@ -70,7 +70,7 @@ def test_a_stream_ended_as_the_listener_comes_back_reconnects_when_it_was_told(
     page.locator("[data-testid=message][data-pos='2']").wait_for()
     bus = console_proxy.state("bus")
     wait_for(lambda: len(events_requests(console, "told")) == 1 and bool(bus._subs), page)
-    page.wait_for_timeout(300)  # past `: live`
+    stream_live(page)  # past `: live`
     _end_listener(console_proxy, db_dsn)
     wait_for(lambda: not bus._subs, page)  # the stream ended
     ended = time.monotonic()

@@ -143,3 +143,44 @@ def test_a_reader_who_scrolls_up_while_the_view_follows_the_tail_stays_where_the
     page.evaluate("document.body.style.paddingBottom = '600px'")  # the height changes
     page.evaluate("window.runFrames()")
     assert abs(top(page) - went) < 2, (top(page), went, end)
+
+
+def _following(page: Any, db_dsn: str) -> None:
+    """A load at the page's end, its frames held: the view follows the tail from there."""
+    page.evaluate(FRAMES)
+    inject(db_dsn, SID, "session.message.appended", {})
+    wait_for(lambda: page.evaluate("window.framesHeld.length") > 0, page)
+    settled(page)
+
+
+def test_a_reader_scrolled_up_by_no_wheel_or_key_stays_where_they_went(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """Scrolled up while the view follows the tail by what sends no wheel, touch or key event
+    (the scrollbar dragged, find in page, a screen reader's cursor), the reader stays there:
+    the view follows only a page still at its end."""
+    page = open_long(console, console_proxy, fake_upstream, 0)
+    _following(page, db_dsn)
+    page.evaluate("document.scrollingElement.scrollTop = 0")
+    page.evaluate("document.body.style.paddingBottom = '600px'")  # the height changes
+    page.evaluate("window.runFrames()")
+    assert top(page) < 2, top(page)
+
+
+def test_typing_while_the_view_follows_the_tail_does_not_stop_it(
+    console: Page, console_proxy: Any, fake_upstream: FakeUpstream, db_dsn: str
+) -> None:
+    """A key typed in the composer scrolls nothing: the view, at its end, goes on following
+    the tail as the page's height changes."""
+    page = open_long(console, console_proxy, fake_upstream, 0)
+    _following(page, db_dsn)
+    page.get_by_test_id("composer-input").press("a")
+    # the last row takes its height: the composer goes down, out of sight
+    page.evaluate(
+        "document.querySelector('#message-list > li:last-child').style.paddingBottom = '600px'"
+    )
+    page.evaluate("window.runFrames()")
+    below = page.evaluate(
+        "innerHeight - document.getElementById('composer').getBoundingClientRect().bottom"
+    )
+    assert abs(below) < 2, below  # scrolled down to it again

@@ -15,7 +15,14 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import replied
 from tests.integration.ui.conftest import ROOMY, Page
-from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
+from tests.integration.ui.test_console import (
+    api,
+    inject,
+    sign_in,
+    stream_live,
+    tool_round,
+    wait_for,
+)
 from tests.integration.ui.test_console_events import evict_row
 
 pytestmark = [pytest.mark.timeout(60), ROOMY]
@@ -44,7 +51,7 @@ def layout_work(page: Any, act: Callable[[], None]) -> dict[str, int]:
     browser = page.context.browser
     browser.start_tracing(page=page, categories=TRACED)
     act()
-    page.wait_for_timeout(100)
+    page.evaluate("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
     trace = json.loads(browser.stop_tracing())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     out = {"styled": 0, "layouts": 0, "visited": 0}
@@ -91,7 +98,7 @@ def open_long(
     step(console_proxy, fake_upstream, sent, "done")
     page = sign_in(console, f"#/s/{SID}")
     page.get_by_test_id("message-list").get_by_text("done").wait_for()
-    page.wait_for_timeout(300)  # the events the stream replays as it opens
+    stream_live(page)  # the events the stream replays as it opens are in
     settled(page)
     while shown(page) < rows:
         before = shown(page)
