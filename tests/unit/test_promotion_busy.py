@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from proxy import answer_budget
-from proxy.config import ModelConfig
 from proxy.errors import ServerBusy
 from proxy.services import promotion
 from proxy.store import summaries
+from tests.unit.test_promotion_log import _JOB, _count
 
 
 class _Budget:
@@ -49,23 +49,7 @@ class _Lent:
         return object()
 
 
-_JOB = SimpleNamespace(
-    session_id="s-1",
-    provider=SimpleNamespace(base_url="http://p", name="p"),
-    headers={},
-    query=(),
-    fast_model="fast",
-    fast_limits=ModelConfig(context_limit=128_000),
-    promotion="suggest",
-    tenant="t",
-    memory_scope="global",
-    memory_patterns=(),
-)
 _SPAN = [{"role": "user", "content": "we deploy with make release"}]
-
-
-def _count(messages: Any) -> int:
-    return sum(len(str(m.get("content") or "")) // 4 for m in messages)
 
 
 @pytest.fixture
