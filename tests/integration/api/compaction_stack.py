@@ -334,11 +334,11 @@ def compaction_events(s: Stack, session: str) -> list[dict[str, Any]]:
     )
 
 
-def compact_now_called(s: Stack) -> threading.Event:
+def compact_now_called(s: Stack, replica: int = 0) -> threading.Event:
     """An event set once the replica's summarizer is next asked to compact now (``/compact``,
     or a request over the hard threshold once it measured): from then on that caller has
     its session and waits for the compaction in flight, what a test orders its next step by."""
-    summarizer = s.proxy.state("summarizer")
+    summarizer = s.servers[replica].state("summarizer")
     compact_now = summarizer.compact_now
     asked = threading.Event()
 

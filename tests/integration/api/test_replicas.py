@@ -24,6 +24,7 @@ from tests.integration.api.compaction_stack import (
     CLIENT_KEY,
     Agent,
     Model,
+    compact_now_called,
     compaction_events,
     stack,
     wait_until,
@@ -157,15 +158,7 @@ def test_a_hard_request_that_waited_out_another_replicas_compaction_measures_aga
     with stack(
         tmp_path, db_dsn, fake_upstream, model, replicas=2, summarize={"hardFraction": 0.8}
     ) as s:
-        summarizer = s.servers[1].state("summarizer")
-        compact_now = summarizer.compact_now
-        waiting = threading.Event()
-
-        async def noted(job: Any, *args: Any) -> Any:
-            waiting.set()
-            return await compact_now(job, *args)
-
-        summarizer.compact_now = noted
+        waiting = compact_now_called(s, 1)
         agent = Agent(s.client("hardwait", 0))
         agent.fill()
         wait_until(lambda: model.fast_times, 20, "the first replica's compaction")
