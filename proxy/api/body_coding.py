@@ -84,11 +84,24 @@ def decoded(raw: bytes, applied: list[str], limit: int, where: str = "") -> byte
 def _undo(raw: bytes, coding: str, limit: int, where: str) -> bytes:
     """One coding undone, bounded: each member of a ``gzip`` body (members may follow one
     another, up to ``MAX_MEMBERS``), and ``deflate`` as zlib's stream, or the raw stream
-    some clients send; data after a ``deflate`` stream's end is no deflate."""
-    wbits = 16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS
-    if coding == "deflate" and not _zlib_header(raw):
-        wbits = -zlib.MAX_WBITS  # the raw stream, without zlib's header
-    return _inflate(raw, coding, wbits, limit, where)
+    some clients send; data after a ``deflate`` stream's end is no deflate.
+
+    A raw stream's first two bytes may pass zlib's header check (one in 31 of those that
+    begin with a stored block does): read as zlib's, it fails (a length, a block or the
+    checksum does not check), and it is read again from its start as the raw stream, within
+    the same limit; when that fails too, the zlib error is the one named. A body decoding
+    past the limit is the 413 at once, never decoded twice."""
+    if coding == "gzip":
+        return _inflate(raw, coding, 16 + zlib.MAX_WBITS, limit, where)
+    if not _zlib_header(raw):
+        return _inflate(raw, coding, -zlib.MAX_WBITS, limit, where)
+    try:
+        return _inflate(raw, coding, zlib.MAX_WBITS, limit, where)
+    except zlib.error as first:
+        try:
+            return _inflate(raw, coding, -zlib.MAX_WBITS, limit, where)
+        except zlib.error:
+            raise first from None
 
 
 def _zlib_header(raw: bytes) -> bool:

@@ -73,3 +73,27 @@ def test_a_body_that_does_not_decode_is_the_400(sent: bytes) -> None:
     with pytest.raises(ClientRequestError) as refused:
         decoded(sent, ["gzip"], 1 << 20)
     assert refused.value.status_code == 400 and "not valid gzip" in refused.value.message
+
+
+def _raw_deflate_like_zlib(data: bytes) -> bytes:
+    """A raw deflate stream whose first two bytes pass zlib's header check: a stored block
+    of one byte (``0x78``: not final, stored, padding bits set; length ``0x0001``), then
+    the rest as a raw stream. Read as zlib's, ``78 01`` is a header and what follows is no
+    valid deflate."""
+    head = bytes([0x78, 0x01, 0x00, 0xFE, 0xFF]) + data[:1]
+    assert (head[0] << 8 | head[1]) % 31 == 0 and head[0] & 0x0F == 8
+    return head + _raw_deflate(data[1:])
+
+
+def test_a_raw_deflate_stream_that_looks_like_zlib_is_decoded_whole() -> None:
+    sent = _raw_deflate_like_zlib(BODY)
+    assert zlib.decompress(sent, -zlib.MAX_WBITS) == BODY  # a raw stream, as built
+    with pytest.raises(zlib.error):
+        zlib.decompress(sent)  # and no zlib stream, though its header checks
+    assert decoded(sent, ["deflate"], 1024) == BODY
+    assert decoded(zlib.compress(BODY), ["deflate"], 1024) == BODY  # zlib's still zlib's
+    with pytest.raises(PayloadTooLarge):  # the retry is bounded as the first pass is
+        decoded(sent, ["deflate"], len(BODY) - 1)
+    with pytest.raises(ClientRequestError) as bad:  # neither form: the zlib error, named
+        decoded(sent[:-3], ["deflate"], 1024)
+    assert "not valid deflate" in bad.value.message
