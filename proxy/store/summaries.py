@@ -152,10 +152,12 @@ async def insert_summary(
 
 
 # A span owed already (its promotion running, or cut) is widened, not replaced: the owed
-# span's start is the older one's, so nothing owed is forgotten by the next compaction.
+# span's start is the older one's, so nothing owed is forgotten by the next compaction. Its
+# due time stays the older one's (least() passes over a NULL): pushed back by each summary,
+# a session summarized more often than OWED_SECONDS never had a cut promotion taken over.
 OWE = """
 UPDATE sessions SET promotion_from = least(promotion_from, $3), promotion_to = $4,
-    promotion_due = now() + make_interval(secs => $5)
+    promotion_due = least(promotion_due, now() + make_interval(secs => $5))
 WHERE tenant = $1 AND id = $2
 """
 

@@ -139,3 +139,23 @@ async def test_a_branch_owes_nothing_its_source_owes(conn: Any) -> None:
         "SELECT promotion_from, promotion_due FROM sessions WHERE tenant = $1 AND id = 's2'", T
     )
     assert tuple(row) == (None, None)
+
+
+async def test_summaries_at_a_high_rate_do_not_push_a_takeover_back(conn: Any) -> None:
+    await fold(conn, 6, owe_from=2)  # its promotion is cut by a kill: nothing settles it
+    await conn.execute(  # its due time, passed as OWED_SECONDS would pass
+        "UPDATE sessions SET promotion_due = now() - interval '1 second'"
+        " WHERE tenant = $1 AND id = $2",
+        T,
+        S,
+    )
+    for boundary in range(10, 50, 4):  # a summary every few seconds, each promotion its own
+        await fold(conn, boundary, owe_from=boundary - 4)
+        await summaries.settle_owed(conn, **KEY, span=(boundary - 4, boundary))
+    # due since the first owe, whatever landed since (one span: from the older start to
+    # where the latest settled part begins)
+    assert await owed(conn) == (2, 42, False)
+    assert await summaries.take_owed(conn, **KEY) == (2, 42)
+    await fold(conn, 54, owe_from=50)  # while the takeover runs: not due before it could end
+    assert await owed(conn) == (2, 54, True)
+    assert await summaries.take_owed(conn, **KEY) is None
