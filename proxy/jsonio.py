@@ -21,6 +21,7 @@ __all__ = [
     "TooDeep",
     "blank_escapes",
     "dumps",
+    "exact_fields",
     "dumps_sorted",
     "held",
     "loads",
@@ -56,6 +57,13 @@ def loads_exact(data: bytes) -> Any:
         if "low surrogate" not in said and "high surrogate" not in said:
             raise
         return storable(loads_json(data))
+    return exact_fields(obj, data)
+
+
+def exact_fields(obj: Any, data: bytes) -> Any:
+    """``obj`` (orjson's parse of ``data``) as ``loads_exact`` answers it: read again by
+    ``json`` when a field beside ``messages`` holds a float as wide as an integer orjson
+    cannot hold, ``TooDeep`` for one nested past ``MAX_FIELD_DEPTH``."""
     if isinstance(obj, dict):
         rest = [v for k, v in obj.items() if k != "messages"]
         # orjson writes every float of 1e16 or more with an exponent ("e+"): the written

@@ -17,6 +17,7 @@ from fastapi import Depends, HTTPException, Request
 
 from proxy import requestlog
 from proxy.api.body_coding import codings, decoded, shown
+from proxy.api.body_pieces import PIECE_BYTES, parsed_in_pieces
 from proxy.auth import PROXY_KEY, check_agent, key_agents, match_key
 from proxy.bus import EventBus
 from proxy.config import Config
@@ -242,7 +243,9 @@ async def read_json_body(
     incrementally (``services.resent``); the result is the same either way. With
     ``optional``, no body at all is ``{}``. With ``values``, a body holding more JSON
     values is a 413 before it is parsed: parsed, a body of tiny items holds tens of times
-    its size (``jsonio.MAX_BODY_VALUES``).
+    its size (``jsonio.MAX_BODY_VALUES``). A body past ``body_pieces.PIECE_BYTES`` that
+    extends no cached one is parsed a piece of its ``messages`` at a time, the loop free
+    between pieces (``body_pieces``).
     """
     raw = await read_body(request, limit, setting=setting)
     if optional and not raw:
@@ -250,6 +253,13 @@ async def read_json_body(
     counted = None
     if values is not None:
         counted = bounded_values(raw, values, resent=resent, key=key)
+    if len(raw) > PIECE_BYTES and not (resent is not None and resent.extends(key, raw)):
+        # parsed whole, it would hold every other request and stream meanwhile
+        parsed = await parsed_in_pieces(raw)
+        if parsed is not None:
+            if resent is not None:
+                resent.keep(key, raw, parsed[0], parsed[1], counted)
+            return parsed[0]  # type: ignore[no-any-return]
     return json_object(raw, resent=resent, key=key, counted=counted)
 
 

@@ -152,6 +152,21 @@ class ResentBodies:
                 self._put(key, _Entry(raw, end, parsed, values=structure(raw), counted=counted))
         return parsed
 
+    def extends(self, key: Any, raw: bytes) -> bool:
+        """Whether ``raw`` is the body cached under ``key`` with bytes spliced in after its
+        last message: ``parse`` then decodes only those."""
+        entry = self._entries.get(key)
+        return entry is not None and _around(entry, raw)
+
+    def keep(self, key: Any, raw: bytes, body: Any, end: int, counted: int | None) -> None:
+        """Cache ``body``, parsed from ``raw`` elsewhere (``api.body_pieces``), under ``key``
+        (None: do not), as ``parse`` caches a body it parses whole; ``end`` is the offset just
+        after the last message of its ``messages``."""
+        if key is None or len(raw) < self._min:
+            return
+        self._pop(key)
+        self._put(key, _Entry(raw, end, body, values=structure(raw), counted=counted))
+
     def checked(self, key: Any, body: Any) -> int:
         """How many leading messages of ``body`` (what ``parse`` just returned under ``key``)
         are the very objects of an earlier body that ``mark_checked`` vouched for: a caller

@@ -1,0 +1,138 @@
+"""A large chat body parsed a piece of its ``messages`` at a time, the event loop free between
+pieces.
+
+orjson holds the interpreter's lock for the whole of a parse, so a body parsed on a thread
+stalls the loop as long as one parsed on it (docs/perf.md): a body at the 32 MiB limit held
+every other request and stream for the whole parse. Parsed here, the loop waits at most one
+piece's parse (``PIECE_BYTES``) at a time; a body of no more than that is parsed whole, as
+before, at no extra cost.
+
+Soundness rests on bytes alone, as ``services.resent``'s does. The body is ``H + [ + I + ] +
+T``: ``H`` ends with the top-level key ``"messages":`` (``H + 'null}'`` parses as an object).
+From the start of an item of ``I`` (outside any string, at the array's own level), a run of
+bytes ``g`` up to a ``,`` after a ``}`` is a run of whole items exactly when ``[ + g + ]``
+parses: JSON's grammar reads those bytes in the body as it reads them there, and the next
+run starts after that ``,``, at an item again. Runs end only where the next object begins
+with ``"role"`` (a message, as clients write one), which a string cannot hold unescaped; one
+that ends inside a nested array or a string makes the run not parse, and it is tried
+longer. Where should a run end is a guess; that it ends at an item is checked.
+The last run is parsed with ``]`` and ``T``, as ``{"messages":[`` + the rest, and must end
+the body. Each run is parsed at the body's own depth (inside ``{"messages":[``), so a
+value orjson refuses as too deep is refused in a piece as in the whole. Anything else (no
+such key, an empty array, another ``messages`` key in ``T``, a piece that never parses)
+answers None, and the caller parses the body whole, with its errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Generator
+from typing import Any
+
+from proxy.jsonio import exact_fields, loads
+
+__all__ = ["PIECE_BYTES", "in_pieces", "parsed_in_pieces"]
+
+PIECE_BYTES = 1 << 20
+"""How many bytes of ``messages`` are parsed between two turns of the loop (at least; a run
+ends at an item's end), and the size from which a body is parsed in pieces."""
+
+_KEY = re.compile(rb'[{,][ \t\r\n]*"messages"[ \t\r\n]*:[ \t\r\n]*\[')
+# An object's end and a comma, before another object's "role": most likely between two
+# messages, rarely elsewhere (a nested array of such objects; a string ending in those bytes)
+_GAP = re.compile(rb'\}[ \t\r\n]*,(?=[ \t\r\n]*\{[ \t\r\n]*"role")')
+_WS = b" \t\r\n"
+_AFTER_DOCUMENT = "unexpected content after document"
+_OPEN = b'{"messages":['
+Parsed = tuple[Any, int]  # the body, and the offset just after its last message
+
+
+async def parsed_in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Parsed | None:
+    """``in_pieces(raw, piece)``, the loop let run between pieces."""
+    steps = in_pieces(raw, piece)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
+
+
+def in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Generator[None, None, Parsed | None]:
+    """(what ``jsonio.loads_exact(raw)`` answers, the offset just after the last item of its
+    ``messages``), yielding between pieces; None when the body is not laid out as the module
+    docstring says, or does not parse: the caller parses it whole."""
+    found = _head(raw)
+    if found is None:
+        return None
+    body, start = found
+    items: list[Any] = []
+    at, want = start + 1, piece
+    for gap in _GAP.finditer(raw, at):
+        comma = gap.end() - 1
+        if comma - at < want:
+            continue
+        try:
+            run = loads(_OPEN + raw[at:comma] + b"]}")["messages"]
+        except ValueError:
+            want = (comma - at) * 3 // 2  # tried again longer: a few times the run's bytes
+            continue
+        items += run
+        at, want = comma + 1, piece
+        yield
+    last = _last(raw, at)
+    if last is None:
+        return None
+    rest, end = last
+    items += rest.pop("messages")
+    body["messages"] = items
+    body.update(rest)  # a key in both: where H has it, with T's value, as a whole parse has
+    try:
+        return exact_fields(body, raw), end
+    except ValueError:  # a field nested too deep: the whole parse's 400 says which
+        return None
+
+
+def _head(raw: bytes) -> tuple[dict[str, Any], int] | None:
+    """``H``'s object (``messages`` null) and the offset of the array's ``[``."""
+    for match in _KEY.finditer(raw):
+        start = match.end() - 1
+        try:
+            head = loads(raw[:start] + b"null}")
+        except ValueError:
+            continue  # a nested "messages" key: the object is not closed by one brace
+        return (head, start) if isinstance(head, dict) else None
+    return None
+
+
+def _last(raw: bytes, at: int) -> tuple[dict[str, Any], int] | None:
+    """The last run of items from ``at`` with ``T``: ``{"messages": [those], T's fields}``, and
+    the offset just after the last item; None when the array ends with no item there (a
+    trailing comma, an empty array) or ``T`` holds another ``messages``."""
+    if raw[at:].lstrip(_WS)[:1] in (b"]", b""):
+        return None
+    try:
+        loads(b"[" + raw[at:])
+    except ValueError as exc:
+        pos, doc = getattr(exc, "pos", None), getattr(exc, "doc", None)
+        if getattr(exc, "msg", None) != _AFTER_DOCUMENT or not isinstance(pos, int):
+            return None
+        if not isinstance(doc, str):
+            return None
+        # orjson reports a character index into the decoded document, not a byte offset
+        after = at - 1 + (pos if doc.isascii() else len(doc[:pos].encode()))
+    else:
+        return None  # nothing after the array: not an object's body
+    if b'"messages"' in raw[after:]:
+        return None
+    try:
+        rest = loads(_OPEN + raw[at:])
+    except ValueError:
+        return None
+    if not isinstance(rest, dict):
+        return None
+    end = raw.rindex(b"]", at, after)
+    while raw[end - 1] in _WS:
+        end -= 1
+    return rest, end

@@ -1,0 +1,146 @@
+"""``api.body_pieces``: a large chat body parsed a piece of its ``messages`` at a time, to
+what ``loads_exact`` answers, the event loop running between pieces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import orjson
+import pytest
+from starlette.requests import Request
+
+from proxy.api.body_pieces import in_pieces, parsed_in_pieces
+from proxy.api.deps import read_json_body
+from proxy.jsonio import loads_exact
+from proxy.services.resent import ResentBodies, _split
+
+CODE = 'function f(a) { return [{x: 1}, {y: 2}]; }, {"role": "user"}'  # "}," in a string
+BODIES: list[Any] = [
+    {"model": "m", "messages": [{"role": "user", "content": f"m{i} {CODE}"} for i in range(40)]},
+    {
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text"}]},
+            {"role": "assistant", "content": "é ü 中文", "tool_calls": [{"id": "1"}, {"id": "2"}]},
+            {"role": "tool", "tool_call_id": "1", "content": "ok"},
+        ]
+        * 10,
+        "stream": True,
+        "max_tokens": 100,
+    },
+    {"messages": [{"role": "user", "content": "one"}], "n": 1},
+    {  # a nested array of objects that begin with "role": a run ending inside it is retried
+        "messages": [
+            {"role": "user", "content": "a", "quoted": [{"role": "x"}, {"role": "y"}] * 3},
+            {"role": "user", "content": "b"},
+        ]
+        * 5
+    },
+    {"messages": ["not an object", {"role": "user", "content": "x"}, 3]},
+]
+
+
+def _forms(value: Any) -> list[bytes]:
+    return [orjson.dumps(value), json.dumps(value, indent=2, ensure_ascii=True).encode()]
+
+
+def _run(raw: bytes, piece: int) -> tuple[Any, int] | None:
+    steps = in_pieces(raw, piece)
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("value", BODIES)
+@pytest.mark.parametrize("piece", [1, 40, 300, 1 << 20])
+def test_a_body_in_pieces_is_the_body_parsed_whole(value: Any, piece: int) -> None:
+    for raw in _forms(value):
+        got = _run(raw, piece)
+        assert got is not None
+        assert got[0] == loads_exact(raw) == value
+        assert list(got[0]) == list(value)  # its keys in the body's order
+        assert got[1] == _split(raw)  # where resent's cache takes the next body from
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"messages": [{"role": "user"},{"role": "user"},]}',  # a trailing comma
+        b'{"messages": [], "model": "m"}',
+        b'{"messages": [{"role": "user"}], "messages": [{"role": "x"}]}',
+        b'{"model": "m"}',
+        b'{"a": {"messages": [{"role": "user"}]}}',
+        b'{"messages": [{"role": "user"},{"role": "user"}]',  # never closed
+        b'{"messages": [{"role": "user"},{"role": "user", }]}',
+        b'["messages", {"messages": [{"role": "user"}]}]',
+    ],
+)
+def test_a_body_not_laid_out_as_taken_is_left_to_the_whole_parse(raw: bytes) -> None:
+    assert _run(raw, 1) is None
+
+
+def test_a_duplicate_key_reads_as_the_whole_parse_reads_it() -> None:
+    raw = b'{"model": "a", "messages": [{"role": "user"},{"role": "user"}], "model": "b"}'
+    got = _run(raw, 1)
+    assert got is not None and got[0] == loads_exact(raw) and list(got[0]) == ["model", "messages"]
+
+
+def _big(n: int) -> bytes:
+    message = {"role": "user", "content": "x" * 900 + " }, {"}
+    return orjson.dumps({"model": "m", "messages": [message] * n, "stream": False})
+
+
+async def test_the_loop_runs_between_the_pieces() -> None:
+    raw = _big(5000)  # about 4.6 MiB: five pieces and more
+    ticks = 0
+    parsing = True
+
+    async def tick() -> None:
+        nonlocal ticks
+        while parsing:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    got = await parsed_in_pieces(raw)
+    parsing = False
+    await ticker
+    assert got is not None and got[0] == loads_exact(raw)
+    assert ticks >= 4
+
+
+async def test_a_large_chat_body_leaves_the_loop_free_as_it_is_parsed() -> None:
+    """What ``read_json_body`` does once the last byte is in: parsed whole, the loop runs
+    nothing else until the body is parsed; in pieces, a task beside it runs between them."""
+    raw = _big(5000)
+    sent, ticks_after_sent = False, 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def tick() -> None:
+        nonlocal ticks_after_sent
+        while True:
+            ticks_after_sent += sent
+            await asyncio.sleep(0)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    resent = ResentBodies()
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    body = await read_json_body(Request(scope, receive), 64 << 20, resent=resent, key="k")
+    ticker.cancel()
+    assert body == loads_exact(raw)
+    assert ticks_after_sent >= 4
+    # cached as a whole parse caches it: the next body, one message more, takes the fast path
+    close = raw.rindex(b"]")
+    longer = raw[:close] + b',{"role":"user","content":"more"}' + raw[close:]
+    assert resent.extends("k", longer)
+    again = resent.parse("k", longer)
+    assert again["messages"][0] is body["messages"][0] and len(again["messages"]) == 5001
