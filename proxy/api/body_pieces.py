@@ -10,16 +10,17 @@ before, at no extra cost.
 Soundness rests on bytes alone, as ``services.resent``'s does. The body is ``H + [ + I + ] +
 T``: ``H`` ends with the top-level key ``"messages":`` (``H + 'null}'`` parses as an object).
 From the start of an item of ``I`` (outside any string, at the array's own level), a run of
-bytes ``g`` up to a ``,`` after a ``}`` is a run of whole items exactly when ``[ + g + ]``
+bytes ``g`` up to a ``,`` after a ``}`` is a run of whole items exactly when ``[[ + g + ]]``
 parses: JSON's grammar reads those bytes in the body as it reads them there, and the next
-run starts after that ``,``, at an item again. Runs end only where the next object begins
-with ``"role"`` (a message, as clients write one), which a string cannot hold unescaped; one
-that ends inside a nested array or a string makes the run not parse, and it is tried
-longer. Where should a run end is a guess; that it ends at an item is checked.
-The last run is parsed with ``]`` and ``T``, as ``{"messages":[`` + the rest, and must end
-the body. Each run is parsed at the body's own depth (inside ``{"messages":[``), so a
-value orjson refuses as too deep is refused in a piece as in the whole. Anything else (no
-such key, an empty array, another ``messages`` key in ``T``, a piece that never parses)
+run starts after that ``,``, at an item again. A run cannot pass the array's end: what
+follows it in the body is the object's (``, "key":``), which no array holds. Runs end only
+where the next object begins with ``"role"`` (a message, as clients write one), which a
+string cannot hold unescaped; one that ends inside a nested array or a string does not
+parse, and it is tried longer. Where a run should end is a guess; that it ends at an item
+is checked. The last run's end is where ``[`` + the rest stops parsing, and ``T`` is read
+as ``{"messages":null`` + ``T``. Each part is parsed at its depth in the body, so a value
+orjson refuses as too deep is refused in a part as in the whole. Anything else (no such key,
+an empty array, a ``T`` that may hold another ``messages`` key, a run that never parses)
 answers None, and the caller parses the body whole, with its errors.
 """
 
@@ -44,7 +45,7 @@ _KEY = re.compile(rb'[{,][ \t\r\n]*"messages"[ \t\r\n]*:[ \t\r\n]*\[')
 _GAP = re.compile(rb'\}[ \t\r\n]*,(?=[ \t\r\n]*\{[ \t\r\n]*"role")')
 _WS = b" \t\r\n"
 _AFTER_DOCUMENT = "unexpected content after document"
-_OPEN = b'{"messages":['
+_TRIES = 4  # top-level "messages" keys looked for, past nested ones
 Parsed = tuple[Any, int]  # the body, and the offset just after its last message
 
 
@@ -74,9 +75,10 @@ def in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Generator[None, None, Par
         if comma - at < want:
             continue
         try:
-            run = loads(_OPEN + raw[at:comma] + b"]}")["messages"]
+            run = loads(b"[[" + raw[at:comma] + b"]]")[0]
         except ValueError:
             want = (comma - at) * 3 // 2  # tried again longer: a few times the run's bytes
+            yield
             continue
         items += run
         at, want = comma + 1, piece
@@ -96,7 +98,9 @@ def in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Generator[None, None, Par
 
 def _head(raw: bytes) -> tuple[dict[str, Any], int] | None:
     """``H``'s object (``messages`` null) and the offset of the array's ``[``."""
-    for match in _KEY.finditer(raw):
+    for tries, match in enumerate(_KEY.finditer(raw)):
+        if tries == _TRIES:
+            return None  # each try parses all before it: a few, never one per match
         start = match.end() - 1
         try:
             head = loads(raw[:start] + b"null}")
@@ -109,7 +113,8 @@ def _head(raw: bytes) -> tuple[dict[str, Any], int] | None:
 def _last(raw: bytes, at: int) -> tuple[dict[str, Any], int] | None:
     """The last run of items from ``at`` with ``T``: ``{"messages": [those], T's fields}``, and
     the offset just after the last item; None when the array ends with no item there (a
-    trailing comma, an empty array) or ``T`` holds another ``messages``."""
+    trailing comma, an empty array) or ``T`` may hold another ``messages`` key (written so,
+    or with a ``\\u`` escape: no other escape spells a letter of it)."""
     if raw[at:].lstrip(_WS)[:1] in (b"]", b""):
         return None
     try:
@@ -124,14 +129,17 @@ def _last(raw: bytes, at: int) -> tuple[dict[str, Any], int] | None:
         after = at - 1 + (pos if doc.isascii() else len(doc[:pos].encode()))
     else:
         return None  # nothing after the array: not an object's body
-    if b'"messages"' in raw[after:]:
+    tail = raw[after:]
+    if b'"messages"' in tail or b"\\u" in tail:
         return None
     try:
-        rest = loads(_OPEN + raw[at:])
+        rest = loads(b'{"messages":null' + tail)
+        items = loads(b"[[" + raw[at:after] + b"]")[0]
     except ValueError:
         return None
     if not isinstance(rest, dict):
         return None
+    rest["messages"] = items
     end = raw.rindex(b"]", at, after)
     while raw[end - 1] in _WS:
         end -= 1

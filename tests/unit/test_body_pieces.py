@@ -39,6 +39,11 @@ BODIES: list[Any] = [
         * 5
     },
     {"messages": ["not an object", {"role": "user", "content": "x"}, 3]},
+    {  # after the messages, an array of objects that begin with "role": no run reaches it
+        "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        "x": [{"role": "p"}, {"role": "q"}, {"role": "r"}],
+        "y": {"role": "s", "content": [{"role": "t"}, {"role": "u"}]},
+    },
 ]
 
 
@@ -77,6 +82,10 @@ def test_a_body_in_pieces_is_the_body_parsed_whole(value: Any, piece: int) -> No
         b'{"messages": [{"role": "user"},{"role": "user"}]',  # never closed
         b'{"messages": [{"role": "user"},{"role": "user", }]}',
         b'["messages", {"messages": [{"role": "user"}]}]',
+        # another "messages" after the array, its name escaped: the whole parse keeps it
+        b'{"messages": [{"role": "a"},{"role": "b"}], "messag\\u0065s": [{"role": "c"}]}',
+        # more nested "messages" keys before the top-level one than are looked for
+        b'{"a": [' + b",".join([b'{"messages": [1]}'] * 5) + b'], "messages": [{"role": "a"}]}',
     ],
 )
 def test_a_body_not_laid_out_as_taken_is_left_to_the_whole_parse(raw: bytes) -> None:
