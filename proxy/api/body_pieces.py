@@ -22,6 +22,11 @@ as ``{"messages":null`` + ``T``. Each part is parsed at its depth in the body, s
 orjson refuses as too deep is refused in a part as in the whole. Anything else (no such key,
 an empty array, a ``T`` that may hold another ``messages`` key, a run that never parses)
 answers None, and the caller parses the body whole, with its errors.
+
+The bytes parsed for nothing (a nested key's head, a run that does not parse, the last run's
+first pass) are bounded by about half the body (``room``): past that the body is left to the
+whole parse, so a body laid out against the guesses costs about one parse more than before,
+never several.
 """
 
 from __future__ import annotations
@@ -60,14 +65,19 @@ async def parsed_in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Parsed | Non
         await asyncio.sleep(0)
 
 
-def in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Generator[None, None, Parsed | None]:
+def in_pieces(
+    raw: bytes, piece: int = PIECE_BYTES, room: int | None = None
+) -> Generator[None, None, Parsed | None]:
     """(what ``jsonio.loads_exact(raw)`` answers, the offset just after the last item of its
     ``messages``), yielding between pieces; None when the body is not laid out as the module
-    docstring says, or does not parse: the caller parses it whole."""
-    found = _head(raw)
+    docstring says, or does not parse, or more than ``room`` bytes (half the body, or a few
+    pieces) are parsed for nothing: the caller parses it whole."""
+    room = max(len(raw) // 2, 4 * piece) if room is None else room
+    found = _head(raw, room)
     if found is None:
         return None
-    body, start = found
+    body, start, spent = found
+    room -= spent
     items: list[Any] = []
     at, want = start + 1, piece
     for gap in _GAP.finditer(raw, at):
@@ -77,12 +87,17 @@ def in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Generator[None, None, Par
         try:
             run = loads(b"[[" + raw[at:comma] + b"]]")[0]
         except ValueError:
+            room -= comma - at
+            if room < 0:
+                return None
             want = (comma - at) * 3 // 2  # tried again longer: a few times the run's bytes
             yield
             continue
         items += run
         at, want = comma + 1, piece
         yield
+    if len(raw) - at > room:  # the rest is parsed twice below: once, whole, costs less
+        return None
     last = _last(raw, at)
     if last is None:
         return None
@@ -96,17 +111,20 @@ def in_pieces(raw: bytes, piece: int = PIECE_BYTES) -> Generator[None, None, Par
         return None
 
 
-def _head(raw: bytes) -> tuple[dict[str, Any], int] | None:
-    """``H``'s object (``messages`` null) and the offset of the array's ``[``."""
+def _head(raw: bytes, room: int) -> tuple[dict[str, Any], int, int] | None:
+    """``H``'s object (``messages`` null), the offset of the array's ``[``, and the bytes
+    parsed for nothing on the way (nested keys' heads): past ``room``, no more tries."""
+    spent = 0
     for tries, match in enumerate(_KEY.finditer(raw)):
-        if tries == _TRIES:
+        if tries == _TRIES or spent > room:
             return None  # each try parses all before it: a few, never one per match
         start = match.end() - 1
         try:
             head = loads(raw[:start] + b"null}")
         except ValueError:
+            spent += start
             continue  # a nested "messages" key: the object is not closed by one brace
-        return (head, start) if isinstance(head, dict) else None
+        return (head, start, spent) if isinstance(head, dict) else None
     return None
 
 

@@ -11,6 +11,7 @@ import orjson
 import pytest
 from starlette.requests import Request
 
+from proxy.api import body_pieces
 from proxy.api.body_pieces import in_pieces, parsed_in_pieces
 from proxy.api.deps import read_json_body
 from proxy.jsonio import loads_exact
@@ -51,8 +52,9 @@ def _forms(value: Any) -> list[bytes]:
     return [orjson.dumps(value), json.dumps(value, indent=2, ensure_ascii=True).encode()]
 
 
-def _run(raw: bytes, piece: int) -> tuple[Any, int] | None:
-    steps = in_pieces(raw, piece)
+def _run(raw: bytes, piece: int, room: int | None = 1 << 30) -> tuple[Any, int] | None:
+    """The parse, with room for tiny pieces tried many times over unless ``room`` says."""
+    steps = in_pieces(raw, piece, room)
     try:
         while True:
             next(steps)
@@ -153,3 +155,41 @@ async def test_a_large_chat_body_leaves_the_loop_free_as_it_is_parsed() -> None:
     assert resent.extends("k", longer)
     again = resent.parse("k", longer)
     assert again["messages"][0] is body["messages"][0] and len(again["messages"]) == 5001
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes ``body_pieces`` hands its parser, call by call."""
+    fed: list[int] = []
+
+    def loads(data: bytes) -> Any:
+        fed.append(len(data))
+        return orjson.loads(data)
+
+    monkeypatch.setattr(body_pieces, "loads", loads)
+    return fed
+
+
+NESTED_ROLES = {  # every "}, {"role"" sits in a nested array: no run ever ends at a message
+    "model": "m",
+    "messages": [{"role": "user", "content": [{"role": "x", "t": "y" * 200}] * 5000}],
+}
+NO_RUNS = {"messages": [{"content": "x" * 200, "role": "user"}] * 5000}  # "role" not first
+NESTED_KEYS = {  # "messages" keys in a large field before the top-level one
+    "tools": [{"p": "z" * 300_000}, {"messages": [1]}, {"messages": [2]}, {"messages": [3]}],
+    "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+}
+
+
+@pytest.mark.parametrize("value", [NESTED_ROLES, NO_RUNS, NESTED_KEYS])
+def test_a_body_no_run_fits_costs_at_most_one_parse_more(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body laid out so that no run parses (or one that must be parsed twice) is left to
+    the whole parse once the bytes parsed for nothing pass half the body: tried ever longer,
+    it was parsed several times over on the loop before its one whole parse."""
+    raw = orjson.dumps(value)
+    fed = _counted(monkeypatch)
+    got = _run(raw, 1 << 14, None)
+    if got is not None:
+        assert got[0] == value
+    assert sum(fed) <= len(raw) * 3 // 2 if got is not None else sum(fed) <= len(raw)
