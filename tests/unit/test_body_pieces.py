@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
 
 from proxy.api import body_pieces
 from proxy.api.body_pieces import in_pieces, parsed_in_pieces
@@ -193,3 +195,75 @@ def test_a_body_no_run_fits_costs_at_most_one_parse_more(
     if got is not None:
         assert got[0] == value
     assert sum(fed) <= len(raw) * 3 // 2 if got is not None else sum(fed) <= len(raw)
+
+
+async def test_a_stream_keeps_flowing_while_a_large_body_is_parsed() -> None:
+    """A streamed response (Starlette's, as the proxy relays one) sends chunks between the
+    pieces: in the log of what happened, chunks sit between the body's arrival and its end
+    of parse; parsed whole, none did."""
+    raw = _big(5000)
+    log: list[str] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while True:  # each chunk awaited, as an upstream read is
+            await asyncio.sleep(0)
+            yield b"data: {}\n\n"
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            log.append("chunk")
+
+    gone = asyncio.Event()  # the streaming client stays until the end
+
+    async def stream_receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def receive() -> dict[str, Any]:
+        log.append("received")
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    stream = asyncio.create_task(StreamingResponse(chunks())(scope, stream_receive, send))
+    while "chunk" not in log:  # the stream is flowing before the body comes in
+        await asyncio.sleep(0)
+    body = await read_json_body(Request(scope, receive), 64 << 20)
+    log.append("parsed")
+    gone.set()
+    stream.cancel()
+    assert body == loads_exact(raw)
+    during = log[log.index("received") : log.index("parsed")]
+    assert during.count("chunk") >= 4
+
+
+M = b'{"role":"user","content":"a"}'
+SHAPES = [
+    b'{"messages":[' + M + b',{"role":"user","content":"\\ud83d\\ude00 \\u00e9"},' + M + b"]}",
+    b'{"messages":[' + M + b',{"role":"user","content":"\\ud83d"},' + M + b'],"n":1}',
+    b'{"messages":[' + M + b',{"role":"user","x":123456789012345678901234567890}],"n":1}',
+    b'{"n":123456789012345678901234567890,"messages":[' + M + b"," + M + b"]}",
+    b'{"messages":[' + M + b',{"role":"user","x":NaN}],"n":1}',
+    b'{"messages":[' + M + b"," + M + b'],"n":Infinity}',
+    b'{"messages":[' + M + b"," + M + b'],"n":1} x',
+    b'{"messages":[' + M + b"," + M + b'],"n":1}{}',
+    b'\xef\xbb\xbf{"messages":[' + M + b"," + M + b"]}",
+    b'{"messages":[' + M + b"," + M + b'],"n":1}\n',
+    b'{"messages":"s","x":1,"messages":[' + M + b"," + M + b"]}",
+    b'{"messages":[' + M + b',{"role":"user","content":"\xff"}]}',
+]
+
+
+@pytest.mark.parametrize("raw", SHAPES)
+@pytest.mark.parametrize("piece", [1, 30])
+def test_a_body_in_pieces_answers_as_the_whole_parse_or_leaves_it_to_it(
+    raw: bytes, piece: int
+) -> None:
+    """Escapes and surrogate pairs, wide integers, NaN, trailing bytes, a BOM, a duplicated
+    key, bytes that are no UTF-8: the same object, or None and the whole parse's error."""
+    got = _run(raw, piece)
+    try:
+        whole = loads_exact(raw)
+    except ValueError:
+        assert got is None
+        return
+    assert got is None or (got[0] == whole and list(got[0]) == list(whole))
