@@ -97,3 +97,13 @@ def test_a_raw_deflate_stream_that_looks_like_zlib_is_decoded_whole() -> None:
     with pytest.raises(ClientRequestError) as bad:  # neither form: the zlib error, named
         decoded(sent[:-3], ["deflate"], 1024)
     assert "not valid deflate" in bad.value.message
+
+
+def test_a_raw_deflate_bomb_that_looks_like_zlib_is_the_413_within_the_limit() -> None:
+    """A bomb (a megabyte of zeros per kilobyte sent) as a raw stream behind zlib's
+    looking header: the zlib pass fails at once, the raw pass stops one byte past the limit."""
+    sent = _raw_deflate_like_zlib(b"{" + bytes(8 << 20))
+    assert len(sent) < 16 << 10
+    with pytest.raises(PayloadTooLarge) as refused:
+        decoded(sent, ["deflate"], 1 << 20)
+    assert "past the limit of 1048576 bytes" in refused.value.message
