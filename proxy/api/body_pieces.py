@@ -44,10 +44,13 @@ PIECE_BYTES = 1 << 20
 """How many bytes of ``messages`` are parsed between two turns of the loop (at least; a run
 ends at an item's end), and the size from which a body is parsed in pieces."""
 
-_KEY = re.compile(rb'[{,][ \t\r\n]*"messages"[ \t\r\n]*:[ \t\r\n]*\[')
+# Both begin with a literal, which the regex engine searches for fast (one beginning with a
+# byte class tries a match at each brace or comma, and code is full of both); the runs' ends
+# are looked for from a piece on, never between.
+_KEY = re.compile(rb'"messages"[ \t\r\n]*:[ \t\r\n]*\[')
 # An object's end and a comma, before another object's "role": most likely between two
-# messages, rarely elsewhere (a nested array of such objects; a string ending in those bytes)
-_GAP = re.compile(rb'\}[ \t\r\n]*,(?=[ \t\r\n]*\{[ \t\r\n]*"role")')
+# messages, rarely elsewhere (a nested array of such objects; a string holding those bytes)
+_GAP = re.compile(rb'\},[ \t\r\n]*\{[ \t\r\n]*"role"')
 _WS = b" \t\r\n"
 _AFTER_DOCUMENT = "unexpected content after document"
 _TRIES = 4  # top-level "messages" keys looked for, past nested ones
@@ -80,10 +83,8 @@ def in_pieces(
     room -= spent
     items: list[Any] = []
     at, want = start + 1, piece
-    for gap in _GAP.finditer(raw, at):
-        comma = gap.end() - 1
-        if comma - at < want:
-            continue
+    while (gap := _GAP.search(raw, at + want - 1)) is not None:
+        comma = gap.start() + 1
         try:
             run = loads(b"[[" + raw[at:comma] + b"]]")[0]
         except ValueError:
