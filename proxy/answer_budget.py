@@ -46,6 +46,7 @@ __all__ = [
     "WAIT_SECONDS",
     "refused_pause",
     "AnswerBudget",
+    "RoomWait",
     "Arrivals",
     "Lease",
     "default_limit",
@@ -61,6 +62,27 @@ def refused_pause(refused: int) -> float:
     summary's, a promotion's) is asked again: an answer refused as it arrived was paid
     for, so a burst of refusals backs off, doubling to at most 2 s."""
     return min(0.2 * 2.0 ** min(refused - 1, 4), 2.0)
+
+
+class RoomWait:
+    """The bound of a caller's waits for the budget's room (a summary's, a promotion's),
+    which no client retries: none for one no request waits on (only the caller's own), and
+    ``WAIT_SECONDS`` in all for one a request waits on (``waited_on``), as an arriving
+    answer waits, from its first wait; ``by``: the loop time they end by, once set."""
+
+    __slots__ = ("waited_on", "by")
+
+    def __init__(self, waited_on: bool = False) -> None:
+        self.waited_on = waited_on
+        self.by: float | None = None
+
+    def bound(self) -> asyncio.Timeout:
+        """The bound of one wait: its ``TimeoutError`` ends the caller's waiting."""
+        if not self.waited_on:
+            return asyncio.timeout(None)
+        if self.by is None:
+            self.by = asyncio.get_running_loop().time() + WAIT_SECONDS
+        return asyncio.timeout_at(self.by)
 
 
 _SETTING = "CASCADE_MAX_HELD_ANSWER_BYTES"

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from proxy import answer_budget
 from proxy.answer_budget import AnswerBudget
 from proxy.cascade.types import CompactionPlan
 from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.errors import ServerBusy
-from proxy.services import compaction_job
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import CompactionJob, SummaryDeferred, _call, summarise
 
@@ -109,7 +109,7 @@ async def test_a_summary_a_request_waits_on_waits_for_the_budget_only_briefly(
     past the budget's own wait (``WAIT_SECONDS``) defers it then, not after the whole
     ``summarize.timeoutSeconds``, so the turn goes on with the overflow guard (a forced one
     answers its 503 to retry) promptly."""
-    monkeypatch.setattr(compaction_job, "WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.2)
     upstream = _Upstream()
     await upstream.budget.take(100)  # spent, and never given back
     cfg = SummarizeConfig(timeoutSeconds=30)
@@ -127,7 +127,7 @@ async def test_a_summary_a_request_waits_on_waits_for_the_budget_only_briefly(
 async def test_a_background_summary_waits_past_the_budgets_own_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(compaction_job, "WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.1)
     upstream = _Upstream()
 
     async def spend_then_free() -> None:
