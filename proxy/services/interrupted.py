@@ -50,11 +50,20 @@ INTERRUPTED = "interrupted"
 Key = tuple[str, str]
 
 
-def said_cut(session_id: str) -> None:
+def said_cut(session_id: str, ran: bool = True) -> None:
     """The WARNING of a compaction of ``session_id`` the stop cancelled, background or
     waited for by its request: the summary it was making is lost now, which the log says
-    rather than the next start's sweep, or nothing on a replica scaled down. It names the
-    session, never the tenant (a pass-through client's credential)."""
+    rather than the next start's sweep, or nothing on a replica scaled down. One that had
+    not ``ran`` (a background one still waiting for its claim) lost nothing: it never
+    started, and the session's next request over its threshold starts another. It names
+    the session, never the tenant (a pass-through client's credential)."""
+    if not ran:
+        log.warning(
+            "compaction of session %s cancelled by the stop before it started (it waited "
+            "for its claim): nothing was folded, and the session's next request compacts it",
+            session_id,
+        )
+        return
     log.warning(
         "compaction of session %s cancelled by the stop: a summary it had not stored "
         "is lost, and the session's next compaction folds its span again",
@@ -88,18 +97,20 @@ class Closer:
             self._later = asyncio.create_task(self._again(held), name="close-interrupted")
         return closed
 
-    async def after_stop(self, cut: set[Key]) -> None:
+    async def after_stop(self, cut: set[Key], running: set[Key] | None = None) -> None:
         """Close the compactions of ``cut``, the sessions whose compaction the stop just
         cancelled (their claims released), as the next start would: a replica scaled down
         starts no more. One the database does not take now is left to that sweep.
 
         Each cut compaction is one WARNING naming its session (never its tenant, a
-        pass-through client's credential): the summary it was making is lost, which the log
-        says now rather than at the next start's sweep, or never on a replica scaled down."""
+        pass-through client's credential), ``said_cut``: for one of ``running`` (None: all
+        of them) the summary it was making is lost, which the log says now rather than at
+        the next start's sweep, or never on a replica scaled down; one still waiting for its
+        claim never started."""
         if not cut:
             return
-        for _, session_id in sorted(cut):
-            said_cut(session_id)
+        for key in sorted(cut):
+            said_cut(key[1], ran=running is None or key in running)
         try:
             closed, _ = await self._pass(cut)
         except Exception as exc:

@@ -1,0 +1,146 @@
+"""A compaction the stop cuts: counted once in ``cascade_compactions_total`` as
+``interrupted`` (its close, the stop's, is written outside any request and counts nothing),
+waited on by its request or in the background; and its WARNING says what happened: one that
+ran lost its summary, one still waiting for its claim never started."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy import requestlog
+from proxy.metrics import Metrics
+from proxy.observe import Observer, RequestObs
+from proxy.services import compaction
+from proxy.stopping import StopClock
+from tests.unit.test_compaction_stop_waited import _summarizer
+
+JOB = SimpleNamespace(tenant="sk-tenant-secret", session_id="sess-c", trigger="soft")
+
+
+def _interrupted(metrics: Metrics) -> float:
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(metrics.render().decode())
+        for s in f.samples
+        if s.name == "cascade_compactions_total" and s.labels.get("result") == "interrupted"
+    )
+
+
+def _observed(metrics: Metrics) -> Any:
+    record = requestlog.RequestRecord("r1")
+    record.obs = RequestObs(Observer(metrics), None)
+    return requestlog.begin(record)
+
+
+def _started(monkeypatch: pytest.MonkeyPatch, summarizer: compaction.DurableSummarizer) -> None:
+    """The fake compaction reports its start (``Folding._began``) before it waits."""
+    thinking = summarizer._compact
+
+    async def began(job: Any, owner: Any) -> Any:
+        summarizer._began(job)
+        return await thinking(job, owner)
+
+    summarizer._compact = began  # type: ignore[method-assign]
+
+
+def _no_close(summarizer: compaction.DurableSummarizer) -> None:
+    async def closed(only: Any, quiet: bool = False) -> tuple[int, set[Any]]:
+        return 0, set()
+
+    summarizer._closer._pass = closed  # type: ignore[method-assign]
+
+
+async def test_a_waited_compaction_the_stop_cuts_counts_interrupted_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    _started(monkeypatch, summarizer)
+    token = _observed(metrics)
+    try:
+        task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
+        await calling.wait()
+        stop.begin()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        requestlog.end(token)
+    assert _interrupted(metrics) == 1
+    assert summarizer.ending == {}
+
+
+async def test_a_background_compaction_the_stop_cuts_counts_interrupted_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    _started(monkeypatch, summarizer)
+    _no_close(summarizer)
+    token = _observed(metrics)
+    try:
+        assert summarizer.start_background(JOB)  # type: ignore[arg-type]
+        await calling.wait()
+    finally:
+        requestlog.end(token)
+    with caplog.at_level(logging.WARNING, logger=compaction.log.name):
+        stop.begin()
+        await summarizer._end_all()
+    assert _interrupted(metrics) == 1
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and said[0].startswith(
+        "compaction of session sess-c cancelled by the stop: a summary it had not stored is lost"
+    ), said
+
+
+async def test_one_cut_before_its_start_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)  # reads, never reports a start
+    token = _observed(metrics)
+    try:
+        task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
+        await calling.wait()
+        stop.begin()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        requestlog.end(token)
+    assert _interrupted(metrics) == 0
+
+
+async def test_one_still_waiting_for_its_claim_says_it_never_started(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    stop, calling = StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    _no_close(summarizer)
+    polled = asyncio.Event()
+
+    async def locked(*args: Any, **kwargs: Any) -> None:  # its row locked by a statement
+        polled.set()
+        return None
+
+    async def free(*args: Any, **kwargs: Any) -> bool:
+        return True
+
+    monkeypatch.setattr(compaction.claims, "claim_compaction", locked)
+    monkeypatch.setattr(compaction.claims, "claim_free", free)
+    assert summarizer.start_background(JOB)  # type: ignore[arg-type]
+    await polled.wait()
+    with caplog.at_level(logging.WARNING, logger=compaction.log.name):
+        stop.begin()
+        await summarizer._end_all()
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1, said
+    assert said[0].startswith("compaction of session sess-c cancelled by the stop before it")
+    assert "never" in said[0] or "nothing was folded" in said[0]
+    assert "summary it had not stored is lost" not in said[0]
+    assert "sk-tenant-secret" not in caplog.text
+    assert not calling.is_set()  # it never ran
