@@ -163,8 +163,8 @@ class DurableSummarizer(Folding):
     async def aclose(self) -> None:
         """Wait within the stop's grace for the promotions running or owed (``Promotions``:
         their facts are not lost to a stop), then end what runs: a compaction still before its
-        summary closes as interrupted, and a later one folds its span again; a promotion cut
-        is left owed to its session's next request."""
+        summary closes as interrupted (counted by ``_run``, as it is cut), and a later one
+        folds its span again; a promotion cut is left owed to its session's next request."""
         try:
             await self._promotions.wait(self._stop)
         finally:

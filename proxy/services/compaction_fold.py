@@ -165,11 +165,11 @@ class Folding:
             agent=job.agent,
             owe_from=None if job.promotion == "off" else span.from_pos,
         )
-        self._began(job, COMPACTION_COMPLETED)  # cut now, the stop writes it completed
         if version is None:  # the history changed, or the session's agent
             why, reason = await discarded(conn, job)
             await report_failed(conn, self._publish, job, span, t0, why, reason, brief.calls)
             return span.unchanged(reason)
+        self._began(job, COMPACTION_COMPLETED)  # cut now, its close says completed
         folded = span.plan.end - span.plan.start
         completed = {
             "summary_version": version,

@@ -14,21 +14,22 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import requestlog
+from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_FAILED
 from proxy.metrics import Metrics
 from proxy.observe import Observer, RequestObs
-from proxy.services import compaction
+from proxy.services import compaction, compaction_fold
 from proxy.stopping import StopClock
 from tests.unit.test_compaction_stop_waited import _summarizer
 
 JOB = SimpleNamespace(tenant="sk-tenant-secret", session_id="sess-c", trigger="soft")
 
 
-def _interrupted(metrics: Metrics) -> float:
+def _interrupted(metrics: Metrics, result: str = "interrupted") -> float:
     return sum(
         s.value
         for f in text_string_to_metric_families(metrics.render().decode())
         for s in f.samples
-        if s.name == "cascade_compactions_total" and s.labels.get("result") == "interrupted"
+        if s.name == "cascade_compactions_total" and s.labels.get("result") == result
     )
 
 
@@ -38,12 +39,25 @@ def _observed(metrics: Metrics) -> Any:
     return requestlog.begin(record)
 
 
-def _started(monkeypatch: pytest.MonkeyPatch, summarizer: compaction.DurableSummarizer) -> None:
-    """The fake compaction reports its start (``Folding._began``) before it waits."""
+def _started(
+    monkeypatch: pytest.MonkeyPatch,
+    summarizer: compaction.DurableSummarizer,
+    *events: str,
+    end: str = COMPACTION_FAILED,
+) -> None:
+    """The fake compaction reports its start (``Folding._began``: ``end``, the event its
+    close would write), and ``events`` (``Folding._publish``), before it waits."""
     thinking = summarizer._compact
 
+    async def published(*args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(compaction_fold, "publish", published)
+
     async def began(job: Any, owner: Any) -> Any:
-        summarizer._began(job)
+        summarizer._began(job, end)
+        for name in events:
+            await summarizer._publish(None, job, name, {})
         return await thinking(job, owner)
 
     summarizer._compact = began  # type: ignore[method-assign]
@@ -99,9 +113,15 @@ async def test_a_background_compaction_the_stop_cuts_counts_interrupted_once(
     ), said
 
 
-async def test_one_cut_before_its_start_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+async def _waited_cut(
+    monkeypatch: pytest.MonkeyPatch, *events: str, end: str | None = None
+) -> Metrics:
+    """A waited compaction cut by the stop: reporting its start with ``end`` (None: no
+    start reported) and then ``events``."""
     metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
-    summarizer = _summarizer(monkeypatch, stop, calling)  # reads, never reports a start
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    if end is not None:
+        _started(monkeypatch, summarizer, *events, end=end)
     token = _observed(metrics)
     try:
         task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
@@ -112,7 +132,25 @@ async def test_one_cut_before_its_start_counts_nothing(monkeypatch: pytest.Monke
             await task
     finally:
         requestlog.end(token)
-    assert _interrupted(metrics) == 0
+    return metrics
+
+
+async def test_one_cut_before_its_start_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _interrupted(await _waited_cut(monkeypatch)) == 0
+
+
+async def test_one_cut_after_its_end_event_counts_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics = await _waited_cut(monkeypatch, COMPACTION_FAILED, end=COMPACTION_FAILED)
+    assert _interrupted(metrics) == 0  # its failed event counted it (here: a no-op publish)
+
+
+async def test_one_cut_after_its_summarys_insert_counts_completed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics = await _waited_cut(monkeypatch, end=COMPACTION_COMPLETED)
+    assert _interrupted(metrics) == 0 and _interrupted(metrics, "completed") == 1
 
 
 async def test_one_still_waiting_for_its_claim_says_it_never_started(
@@ -125,7 +163,6 @@ async def test_one_still_waiting_for_its_claim_says_it_never_started(
 
     async def locked(*args: Any, **kwargs: Any) -> None:  # its row locked by a statement
         polled.set()
-        return None
 
     async def free(*args: Any, **kwargs: Any) -> bool:
         return True
