@@ -27,7 +27,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from proxy import answer_budget, requestlog
@@ -200,7 +200,7 @@ class Briefing:
 class _Tally:
     calls: int = 0
     waiting: bool = False  # for the budget's room (``_call``), not for the fast model
-    room: RoomWait = field(default_factory=RoomWait)  # its bound (the job's ``waited_on``)
+    room: RoomWait | None = None  # its bound (the job's ``waited_on``), from the first wait
 
 
 async def summarise(
@@ -219,7 +219,7 @@ async def summarise(
     The prompt is fitted to the fast model's window as the overflow guard counts
     (``calibrated_count`` with the session's real/estimated ``ratio``): it is the session's own
     text, which the estimate may count low by as much as the session's prompts were."""
-    tally = _Tally(room=RoomWait(job.waited_on))
+    tally = _Tally()
     deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
     try:
         with watch_arrivals() as arrivals:
@@ -228,7 +228,7 @@ async def summarise(
     except TimeoutError:
         within = f"summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)"
         if tally.waiting or arrivals.cut:  # for room, before a call or as its answer arrived
-            if tally.room.by is not None and tally.room.by < deadline:
+            if tally.room and tally.room.by is not None and tally.room.by < deadline:
                 within = (
                     f"the {answer_budget.WAIT_SECONDS:g} s a compaction a request waits on may wait"
                 )
@@ -325,12 +325,13 @@ async def _call(
     next try when it is at most ``_RETRY_AFTER_WAIT``; a longer one ends the tries (the next
     would be refused too) and is carried by the error, for the session's backoff."""
     last = "no attempt made"
-    tally = _Tally(room=RoomWait(job.waited_on)) if tally is None else tally
+    tally = _Tally() if tally is None else tally
     end = tally.calls + job.cfg.max_attempts if limit is None else limit
     busy = 0  # the calls the proxy's own budget refused, none of them an attempt
     while tally.calls < end:
         if busy:  # room first, then a pause: an answer refused on arrival was paid for
             tally.waiting = True
+            tally.room = tally.room or RoomWait(job.waited_on)
             async with tally.room.bound():  # a waited-on job's: ``WAIT_SECONDS`` in all
                 await upstream.budget.room()
                 await asyncio.sleep(refused_pause(busy))  # refusals: no bound
