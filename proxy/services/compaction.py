@@ -231,7 +231,7 @@ class DurableSummarizer(Folding):
                     return None
             await (pause or asyncio.sleep)(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)
-        held, result = (job.tenant, job.session_id), None
+        held, result, close = (job.tenant, job.session_id), None, False
         if not wait:
             self._held.add(held)
         try:
@@ -241,8 +241,9 @@ class DurableSummarizer(Folding):
         except asyncio.CancelledError:  # a waited one is cut in its request's task
             if wait and self._stop.deadline is not None:
                 said_cut(job.session_id)  # a background one's: the stop's (_end_all)
+                close = held in self.ending  # started, not ended: closed here, once released
             if (not wait or self._stop.deadline is not None) and held in self.ending:
-                # its end, which the stop's close writes outside any request: counted here
+                # its end, which the stop's close writes counting nothing: counted here
                 note_swept_compaction(self.ending[held], {"reason": INTERRUPTED})
             raise
         finally:
@@ -258,6 +259,8 @@ class DurableSummarizer(Folding):
                         backoff=result.backoff if result else None,
                         until=claim.backoff_until if claim and result and result.busy else None,
                     )
+            if close:  # as the stop closes a background one (_end_all): no other replica
+                await self._closer.after_cut(held)  # closes it again, counting it twice
 
     def resume_owed(self, job: CompactionJob) -> None:
         """Take over the promotion the session owes (``Promotions.resume``), for a request

@@ -119,6 +119,20 @@ class Closer:
         if closed:
             log.info("closed %d compaction(s) this stop interrupted", closed)
 
+    async def after_cut(self, key: Key) -> None:
+        """Close the compaction of ``key`` a stop cut in its request's task (its claim
+        released, its WARNING said, its end counted as it was cut): as ``after_stop`` closes
+        a background one, so no replica's next compaction of the session closes it again and
+        counts it a second time. Its close counts nothing (``counts``); one the database does
+        not take now is left to the next start's sweep, which counts none either."""
+        try:
+            closed, _ = await self._pass({key}, counts=False)
+        except Exception as exc:
+            log.warning("interrupted compactions not closed yet: %s", exc)
+            return
+        if closed:
+            log.info("closed %d compaction(s) this stop interrupted", closed)
+
     async def aclose(self) -> None:
         if self._later is not None:
             self._later.cancel()
@@ -126,11 +140,12 @@ class Closer:
                 await self._later
 
     async def _pass(
-        self, only: set[Key] | None, quiet: bool = False
+        self, only: set[Key] | None, quiet: bool = False, counts: bool = True
     ) -> tuple[int, set[Key] | None]:
         """Close what is unpaired (in ``only``'s sessions, if named) and unclaimed; return
         how many, and the sessions left because their claim was held: None when the
-        database was not there (``quiet``: not logged again), so none is known closed."""
+        database was not there (``quiet``: not logged again), so none is known closed.
+        ``counts``: whether a close counts its result (``close_session``)."""
         closed, held, locked = 0, set(), set()
         owner, ttl = uuid.uuid4(), self.leases.ttl
         try:
@@ -154,7 +169,9 @@ class Closer:
                             locked.add((tenant, session_id))  # its row, not its claim, held
                         continue
                     try:
-                        closed += await self.close_session(conn, tenant, session_id, every=True)
+                        closed += await self.close_session(
+                            conn, tenant, session_id, every=True, counts=counts
+                        )
                     finally:  # a failure's backoff the claim took over stays
                         await claims.release_compaction(
                             conn,
@@ -195,7 +212,7 @@ class Closer:
             held = left if tries < 9 else left & self._locked
 
     async def close_session(
-        self, conn: Any, tenant: str, session_id: str, every: bool = False
+        self, conn: Any, tenant: str, session_id: str, every: bool = False, counts: bool = True
     ) -> int:
         """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
         compaction of the session that has no partner: its latest (a compaction's look,
@@ -205,14 +222,17 @@ class Closer:
         database between the two events. The event carries the started one's fields
         (``started_id`` names it) and what a failure leaves: the state before it. What the
         interrupted run took (attempts, duration) is unknown: null. One cut after its summary
-        was stored is closed as completed instead (:meth:`_completed`)."""
+        was stored is closed as completed instead (:meth:`_completed`). A close counts its
+        result in the request it runs in, unless ``counts`` is off (its run counted it)."""
         rows = await events.fetch_unpaired_compactions(
             conn, tenant=tenant, session_id=session_id, every=every
         )
         for row in rows:
             started = nul.decode_json(row["data"])
             if (stored := await summaries.fetchrow_stored_by(conn, row["id"])) is not None:
-                await self._completed(conn, tenant, session_id, row["id"], started, stored)
+                done = await self._completed(conn, tenant, session_id, row["id"], started, stored)
+                if counts:
+                    note_swept_compaction(COMPACTION_COMPLETED, done)
                 continue
             failed = {
                 "trigger": started.get("trigger"),
@@ -230,7 +250,8 @@ class Closer:
             await self.bus.publish(
                 conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
             )
-            note_swept_compaction(COMPACTION_FAILED, failed)
+            if counts:
+                note_swept_compaction(COMPACTION_FAILED, failed)
         return len(rows)
 
     async def _completed(
@@ -241,7 +262,7 @@ class Closer:
         started_id: int,
         started: dict[str, Any],
         stored: dict[str, Any],
-    ) -> None:
+    ) -> dict[str, Any]:
         """Persist the ``context.compaction.completed`` a compaction cut after storing its
         summary never wrote: the summary is there, in use. What only the run knew (the
         prompt's tokens after it, the ledger's counts) is null."""
@@ -262,4 +283,4 @@ class Closer:
         await self.bus.publish(
             conn, tenant=tenant, session_id=session_id, name=COMPACTION_COMPLETED, data=completed
         )
-        note_swept_compaction(COMPACTION_COMPLETED, completed)
+        return completed

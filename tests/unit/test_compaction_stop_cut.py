@@ -17,7 +17,7 @@ from proxy import requestlog
 from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_FAILED
 from proxy.metrics import Metrics
 from proxy.observe import Observer, RequestObs
-from proxy.services import compaction, compaction_fold
+from proxy.services import compaction, compaction_fold, interrupted
 from proxy.stopping import StopClock
 from tests.unit.test_compaction_stop_waited import _summarizer
 
@@ -181,3 +181,68 @@ async def test_one_still_waiting_for_its_claim_says_it_never_started(
     assert "summary it had not stored is lost" not in said[0]
     assert "sk-tenant-secret" not in caplog.text
     assert not calling.is_set()  # it never ran
+
+
+async def test_a_waited_compaction_the_stop_cuts_is_closed_by_it_once_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Left to the session's next compaction, another replica's would close it and count it
+    again: the stop closes it, as it closes a background one, counting nothing more."""
+    stop, calling = StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    _started(monkeypatch, summarizer)
+    steps: list[Any] = []
+
+    async def released(*args: Any, **kwargs: Any) -> None:
+        steps.append("released")
+
+    async def closed(only: Any, quiet: bool = False, counts: bool = True) -> tuple[int, set[Any]]:
+        steps.append((only, counts))
+        return 1, set()
+
+    monkeypatch.setattr(compaction.claims, "release_compaction", released)
+    summarizer._closer._pass = closed  # type: ignore[method-assign]
+    metrics = Metrics()
+    token = _observed(metrics)
+    try:
+        task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
+        await calling.wait()
+        stop.begin()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        requestlog.end(token)
+    assert steps == ["released", ({(JOB.tenant, JOB.session_id)}, False)]
+    assert _interrupted(metrics) == 1
+
+
+async def test_a_close_that_counts_nothing_writes_the_same_partner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``counts`` off: the partner is written, its result not counted (the run counted it)."""
+    summarizer = _summarizer(monkeypatch, StopClock(grace=5.0), asyncio.Event())
+    written: list[str] = []
+
+    async def unpaired(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        return [{"id": 7, "data": {"trigger": "hard"}}]
+
+    async def not_stored(*args: Any) -> None:
+        return None
+
+    async def publish(conn: Any, *, name: str, **kwargs: Any) -> None:
+        written.append(name)
+
+    monkeypatch.setattr(interrupted.events, "fetch_unpaired_compactions", unpaired)
+    monkeypatch.setattr(interrupted.summaries, "fetchrow_stored_by", not_stored)
+    summarizer._closer.bus = SimpleNamespace(publish=publish)  # type: ignore[assignment]
+    metrics = Metrics()
+    token = _observed(metrics)
+    try:
+        assert await summarizer._closer.close_session(None, "t", "s", counts=False) == 1
+        assert _interrupted(metrics) == 0
+        assert await summarizer._closer.close_session(None, "t", "s") == 1
+        assert _interrupted(metrics) == 1
+    finally:
+        requestlog.end(token)
+    assert written == [COMPACTION_FAILED, COMPACTION_FAILED]
