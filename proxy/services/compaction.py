@@ -49,6 +49,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 
 from proxy import requestlog
+from proxy.answer_budget import RoomWait
 from proxy.bus import EventBus
 from proxy.cascade.types import TokenCounter
 from proxy.observe import compaction_span, note_swept_compaction
@@ -95,6 +96,7 @@ class DurableSummarizer(Folding):
         self._tasks: dict[Key, asyncio.Task[CompactionResult | None]] = {}
         self._held: set[Key] = set()  # the background compactions that hold their claim
         self.ending: dict[Key, str] = {}
+        self.rooms: dict[Key, RoomWait] = {}
         self._promotions = Promotions(upstream, bus, pool, acquire_timeout)
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
 
@@ -108,10 +110,14 @@ class DurableSummarizer(Folding):
         task = asyncio.create_task(
             requestlog.apart(self._run_background(job)), name=f"compact:{job.session_id}"
         )
-        self._tasks[key] = task
-        task.add_done_callback(
-            lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t else None
-        )
+        self._tasks[key], self.rooms[key] = task, RoomWait()
+
+        def done(t: asyncio.Task[CompactionResult | None]) -> None:
+            if self._tasks.get(key) is t:
+                self._tasks.pop(key, None)
+                self.rooms.pop(key, None)
+
+        task.add_done_callback(done)
         task.add_done_callback(said_if_failed(f"background compaction of {job.session_id}"))
         return True
 
@@ -122,9 +128,13 @@ class DurableSummarizer(Folding):
 
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
         """Wait for the compaction running here on the session, if one is: time the request
-        waited for its session (``requestlog.session_wait``), not the proxy's own."""
-        task = self._tasks.get((tenant, session_id))
-        if task is not None:
+        waited for its session (``requestlog.session_wait``), not the proxy's own. A request
+        waits on it now: its summary's waits for the budget's room end ``WAIT_SECONDS`` on,
+        as a compaction's the request ran itself would (``RoomWait.join``)."""
+        key = (tenant, session_id)
+        if (task := self._tasks.get(key)) is not None and not task.done():
+            if (room := self.rooms.get(key)) is not None:
+                room.join()
             with requestlog.session_wait(), contextlib.suppress(Exception):
                 await asyncio.shield(task)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from proxy.answer_budget import RoomWait
 from proxy.bus import EventBus
 from proxy.cascade.ledger import apply_ledger
 from proxy.cascade.redaction import redact
@@ -70,6 +71,7 @@ class Folding:
     bus: EventBus
     count: TokenCounter
     ending: dict[Key, str]
+    rooms: dict[Key, RoomWait]  # a background compaction's waits for room, a request may join
     _tasks: dict[Key, asyncio.Task[CompactionResult | None]]
     _promotions: Promotions
     _closer: Closer
@@ -118,7 +120,10 @@ class Folding:
         await lent.give_back()  # none held while the fast model answers
         try:
             plan, ratio = span.plan, span.ratio
-            brief = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
+            room = None if job.waited_on else self.rooms.get((job.tenant, job.session_id))
+            brief = await summarise(
+                self.upstream, job, plan, count=self.count, ratio=ratio, room=room
+            )
         except SummaryCallError as exc:
             conn = await lent.take()
             error, calls = str(exc), exc.attempts

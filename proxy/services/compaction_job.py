@@ -16,8 +16,8 @@ parses and is shorter. An answer far longer than the ``max_tokens`` it was given
 one ends the tries and sets the session's backoff instead. A call the proxy's own budget of
 whole answers refuses (``answer_budget``'s 503) is no attempt: the summary waits for room
 and asks again, for at most ``answer_budget.WAIT_SECONDS`` in all when a request waits on it
-(``CompactionJob.waited_on``). The whole call, retries and waits included, is bounded by
-``summarize.timeoutSeconds``.
+(``CompactionJob.waited_on``, or one that joins it: ``RoomWait.join``). The whole call,
+retries and waits included, is bounded by ``summarize.timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -210,6 +210,7 @@ async def summarise(
     *,
     count: TokenCounter,
     ratio: float = 1.0,
+    room: RoomWait | None = None,
 ) -> Briefing:
     """The briefing of ``plan``'s span, folded onto its previous summary; raises
     :class:`SummaryCallError` when every attempt failed, or when no usable briefing came
@@ -218,8 +219,9 @@ async def summarise(
 
     The prompt is fitted to the fast model's window as the overflow guard counts
     (``calibrated_count`` with the session's real/estimated ``ratio``): it is the session's own
-    text, which the estimate may count low by as much as the session's prompts were."""
-    tally = _Tally()
+    text, which the estimate may count low by as much as the session's prompts were.
+    ``room``: its waits' bound, which a request may join (None: the job's own)."""
+    tally = _Tally(room=room)
     deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
     try:
         with watch_arrivals() as arrivals:
@@ -229,9 +231,7 @@ async def summarise(
         within = f"summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)"
         if tally.waiting or arrivals.cut:  # for room, before a call or as its answer arrived
             if tally.room and tally.room.by is not None and tally.room.by < deadline:
-                within = (
-                    f"the {answer_budget.WAIT_SECONDS:g} s a compaction a request waits on may wait"
-                )
+                within = f"the {answer_budget.WAIT_SECONDS:g} s a waited-on compaction may wait"
             raise SummaryDeferred(
                 "the proxy's budget of whole answers (CASCADE_MAX_HELD_ANSWER_BYTES) stayed "
                 f"spent through {within}; nothing was folded",
