@@ -53,7 +53,7 @@ from proxy.answer_budget import RoomWait
 from proxy.bus import EventBus
 from proxy.cascade.types import TokenCounter
 from proxy.observe import compaction_span, note_swept_compaction
-from proxy.services.compaction_fold import Folding, Key
+from proxy.services.compaction_fold import INSERTING, Folding, Key
 from proxy.services.compaction_job import CompactionJob
 from proxy.services.compaction_span import CompactionResult
 from proxy.services.interrupted import INTERRUPTED, Closer, said_cut
@@ -241,7 +241,7 @@ class DurableSummarizer(Folding):
                     return None
             await (pause or asyncio.sleep)(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)
-        held, result, close = (job.tenant, job.session_id), None, False
+        held, result, close, counts = (job.tenant, job.session_id), None, False, False
         if not wait:
             self._held.add(held)
         try:
@@ -251,10 +251,12 @@ class DurableSummarizer(Folding):
         except asyncio.CancelledError:  # a waited one is cut in its request's task
             if wait and self._stop.deadline is not None:
                 said_cut(job.session_id)  # a background one's: the stop's (_end_all)
-                close = held in self.ending  # started, not ended: closed here, once released
-            if (not wait or self._stop.deadline is not None) and held in self.ending:
-                # its end, which the stop's close writes counting nothing: counted here
-                note_swept_compaction(self.ending[held], {"reason": INTERRUPTED})
+            end = self.ending.get(held) if not wait or self._stop.deadline is not None else None
+            if end == INSERTING:  # stored or not: its close, here, finds out and counts it
+                close, counts = True, True
+            elif end is not None:  # its end, which the stop's close writes counting nothing
+                note_swept_compaction(end, {"reason": INTERRUPTED})
+                close = wait  # closed here once released (a background one's: _end_all)
             raise
         finally:
             self._held.discard(held)
@@ -270,7 +272,7 @@ class DurableSummarizer(Folding):
                         until=claim.backoff_until if claim and result and result.busy else None,
                     )
             if close:  # as the stop closes a background one (_end_all): no other replica
-                await self._closer.after_cut(held)  # closes it again, counting it twice
+                await self._closer.after_cut(held, counts)  # closes it again, counting twice
 
     def resume_owed(self, job: CompactionJob) -> None:
         """Take over the promotion the session owes (``Promotions.resume``), for a request

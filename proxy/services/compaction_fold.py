@@ -49,10 +49,14 @@ from proxy.store import summaries
 from proxy.store.db import Lent, unavailable_when_lost
 from proxy.upstream import Upstream
 
-__all__ = ["Folding", "FORCED"]
+__all__ = ["Folding", "FORCED", "INSERTING"]
 
 log = logging.getLogger("cascade.compaction")
 Key = tuple[str, str]
+
+INSERTING = "inserting"
+"""The ``ending`` of a compaction inside its summary's insert: a stop that cuts it there does
+not know whether the insert stored it, which its close finds out (and counts)."""
 
 FORCED = frozenset({"api", "command"})
 """Triggers of a compaction someone asked for (the endpoint, the CLI, ``/compact``): it is
@@ -77,8 +81,9 @@ class Folding:
     _closer: Closer
 
     def _began(self, job: CompactionJob, end: str = COMPACTION_FAILED) -> None:
-        """``job`` reported its start (``end``: failed, as its close writes it) or stored
-        its summary (completed): a stop that cuts it now counts that end."""
+        """``job`` reported its start (``end``: failed, as its close writes it), began its
+        summary's insert (``INSERTING``: its close knows) or stored it (completed): a stop
+        that cuts it now counts that end."""
         self.ending[(job.tenant, job.session_id)] = end
 
     async def _publish(
@@ -157,6 +162,7 @@ class Folding:
                 conn, self._publish, job, span, t0, "summary_failed", reason, brief.calls
             )
             return span.unchanged(reason, failed=True, backoff=wait)
+        self._began(job, INSERTING)
         version = await summaries.insert_summary(
             conn,
             tenant=job.tenant,

@@ -119,14 +119,15 @@ class Closer:
         if closed:
             log.info("closed %d compaction(s) this stop interrupted", closed)
 
-    async def after_cut(self, key: Key) -> None:
-        """Close the compaction of ``key`` a stop cut in its request's task (its claim
-        released, its WARNING said, its end counted as it was cut): as ``after_stop`` closes
-        a background one, so no replica's next compaction of the session closes it again and
-        counts it a second time. Its close counts nothing (``counts``); one the database does
-        not take now is left to the next start's sweep, which counts none either."""
+    async def after_cut(self, key: Key, counts: bool = False) -> None:
+        """Close the compaction of ``key`` a stop cut, in its own task once its claim is
+        released: a waited-on one (its WARNING said, its end counted as it was cut), as
+        ``after_stop`` closes a background one, so no replica's next compaction of the
+        session closes it again and counts it a second time; and one cut during its summary's
+        insert, whose end only the close knows (stored: completed), which ``counts`` it then.
+        One the database does not take now is left to the next start's sweep."""
         try:
-            closed, _ = await self._pass({key}, counts=False)
+            closed, _ = await self._pass({key}, counts=counts)
         except Exception as exc:
             log.warning("interrupted compactions not closed yet: %s", exc)
             return

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy import requestlog
 from proxy.cascade.types import COMPACTION_COMPLETED, COMPACTION_FAILED
 from proxy.metrics import Metrics
-from proxy.observe import Observer, RequestObs
+from proxy.observe import Observer, RequestObs, note_swept_compaction
 from proxy.services import compaction, compaction_fold, interrupted
 from proxy.stopping import StopClock
 from tests.unit.test_compaction_stop_waited import _summarizer
@@ -246,3 +246,44 @@ async def test_a_close_that_counts_nothing_writes_the_same_partner(
     finally:
         requestlog.end(token)
     assert written == [COMPACTION_FAILED, COMPACTION_FAILED]
+
+
+@pytest.mark.parametrize("wait", [True, False])
+async def test_one_cut_inside_its_summarys_insert_is_counted_by_its_close(
+    monkeypatch: pytest.MonkeyPatch, wait: bool
+) -> None:
+    """The insert may have stored the summary before the cut reached it (its close then
+    writes completed) or not (interrupted): the run counts nothing, and its close, in its
+    own task once released, counts what it writes."""
+    stop, calling = StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    _started(monkeypatch, summarizer, end=compaction_fold.INSERTING)
+    passes: list[Any] = []
+
+    async def closed(only: Any, quiet: bool = False, counts: bool = True) -> tuple[int, set[Any]]:
+        passes.append((only, counts))
+        if counts and len(passes) == 1:  # it found the summary stored (as close_session)
+            note_swept_compaction(COMPACTION_COMPLETED, {})
+        return 1, set()
+
+    summarizer._closer._pass = closed  # type: ignore[method-assign]
+    metrics, key = Metrics(), (JOB.tenant, JOB.session_id)
+    token = _observed(metrics)
+    try:
+        if wait:
+            task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
+        else:
+            assert summarizer.start_background(JOB)  # type: ignore[arg-type]
+            task = summarizer._tasks[key]
+        await calling.wait()
+    finally:
+        requestlog.end(token)
+    stop.begin()
+    if wait:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        await summarizer._end_all()
+    assert passes[0] == ({key}, True)  # the close in its task: counted there
+    assert _interrupted(metrics) == 0 and _interrupted(metrics, "completed") == 1
