@@ -34,7 +34,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +46,7 @@ __all__ = [
     "WAIT_SECONDS",
     "refused_pause",
     "AnswerBudget",
+    "RoomWait",
     "Arrivals",
     "Lease",
     "default_limit",
@@ -61,6 +62,44 @@ def refused_pause(refused: int) -> float:
     summary's, a promotion's) is asked again: an answer refused as it arrived was paid
     for, so a burst of refusals backs off, doubling to at most 2 s."""
     return min(0.2 * 2.0 ** min(refused - 1, 4), 2.0)
+
+
+class RoomWait:
+    """The bound of a caller's waits for the budget's room (a summary's, a promotion's),
+    which no client retries: none for one no request waits on (only the caller's own), and
+    ``WAIT_SECONDS`` in all for one a request waits on (``waited_on``), as an arriving
+    answer waits, from its first wait; ``by``: the loop time they end by, once set. One a
+    request joins later (``join``) is bounded from then on."""
+
+    __slots__ = ("waited_on", "by", "_now")
+
+    def __init__(self, waited_on: bool = False) -> None:
+        self.waited_on = waited_on
+        self.by: float | None = None
+        self._now: asyncio.Timeout | None = None  # the bound of the wait running, if one is
+
+    @contextlib.asynccontextmanager
+    async def bound(self) -> AsyncIterator[asyncio.Timeout]:
+        """The bound of one wait: its ``TimeoutError`` ends the caller's waiting."""
+        if self.waited_on and self.by is None:
+            self.by = asyncio.get_running_loop().time() + WAIT_SECONDS
+        async with asyncio.timeout_at(self.by if self.waited_on else None) as timeout:
+            self._now = timeout
+            try:
+                yield timeout
+            finally:
+                self._now = None
+
+    def join(self) -> None:
+        """A request now waits on the caller (it joined a background compaction): its waits
+        end ``WAIT_SECONDS`` from now when it waits now, else from its next wait, as a
+        caller waited on from the start; one waited on already keeps its bound."""
+        if self.waited_on:
+            return
+        self.waited_on = True
+        if self._now is not None:
+            self.by = asyncio.get_running_loop().time() + WAIT_SECONDS
+            self._now.reschedule(self.by)
 
 
 _SETTING = "CASCADE_MAX_HELD_ANSWER_BYTES"

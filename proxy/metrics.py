@@ -76,8 +76,9 @@ RESULTS = (
     "interrupted",
 )
 """The ``result`` values of ``cascade_compactions_total`` (README: Metrics). ``interrupted``
-is counted when the session's next compaction closes one an earlier process left running;
-the pass at start-up that closes them is not in a request, and counts none."""
+is counted by the process a stop cut a started compaction in, as the stop cuts it, and when
+the session's next compaction closes one an earlier process left running; the stop's close
+and the pass at start-up are not in a request, and count none."""
 
 CONFIG_RESULTS = ("reloaded", "rejected")
 """The ``result`` values of ``cascade_config_reloads_total``."""

@@ -112,7 +112,9 @@ def note_swept_compaction(name: str, data: Mapping[str, Any]) -> None:
     """The partner the sweep wrote for a compaction a process cut: its result counts, and
     nothing more. The sweep runs in the next compaction's look, inside that one's span and
     request, and the result is not that compaction's: one that then folds nothing writes no
-    event of its own, and its span and request would say the cut one's."""
+    event of its own, and its span and request would say the cut one's. A stop's cut counts
+    through it too (``DurableSummarizer._run``), for the partner its close writes outside
+    any request."""
     obs = _obs()
     if obs is not None and name in (COMPACTION_COMPLETED, COMPACTION_FAILED):
         obs.observer.metrics.note_compaction(_result(name, data))

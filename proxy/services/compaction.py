@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
 import uuid
@@ -50,59 +49,31 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 
 from proxy import requestlog
+from proxy.answer_budget import RoomWait
 from proxy.bus import EventBus
-from proxy.cascade.ledger import apply_ledger
-from proxy.cascade.redaction import redact
-from proxy.cascade.summary import fold_summary
-from proxy.cascade.types import COMPACTION_COMPLETED, TokenCounter
-from proxy.observe import compaction_span
-from proxy.services.compaction_events import publish, report_started
-from proxy.services.compaction_failed import discarded, report_failed
-from proxy.services.compaction_job import (
-    Briefing,
-    CompactionJob,
-    SummaryCallError,
-    SummaryDeferred,
-    summarise,
-)
-from proxy.services.compaction_span import (
-    CLAIM_PASSED,
-    CompactionResult,
-    Span,
-    as_text,
-    ms_since,
-    read_span,
-)
-from proxy.services.interrupted import Closer, said_cut
+from proxy.cascade.types import TokenCounter
+from proxy.observe import compaction_span, note_swept_compaction
+from proxy.services.compaction_fold import INSERTING, Folding, Key
+from proxy.services.compaction_job import CompactionJob
+from proxy.services.compaction_span import CompactionResult
+from proxy.services.interrupted import INTERRUPTED, Closer, said_cut
 from proxy.services.leases import Leases
-from proxy.services.promotion import promote
 from proxy.services.promotion_owed import Promotions
 from proxy.stopping import StopClock
-from proxy.store import leases as claims, sessions, steps, summaries
-from proxy.store.db import (
-    Connection,
-    DatabaseUnavailable,
-    Lent,
-    PoolExhausted,
-    borrowed,
-    unavailable_when_lost,
-)
+from proxy.store import leases as claims, sessions, steps
+from proxy.store.db import Connection, DatabaseUnavailable, PoolExhausted, borrowed
 from proxy.tasks import said_if_failed
 from proxy.upstream import Upstream
 
 __all__ = ["DurableSummarizer", "CompactionResult"]
 
 log = logging.getLogger("cascade.compaction")
-_FORCED = frozenset({"api", "command"})
-"""Triggers of a compaction someone asked for (the endpoint, the CLI, ``/compact``): it is
-stored even when it frees no room, since the summary itself (its plan, its ledger) was asked
-for; one the pressure started is not worth a larger prompt."""
 
 
-class DurableSummarizer:
+class DurableSummarizer(Folding):
     """Every compaction of this replica (see the module): the background tasks, one per
-    session, and the synchronous runs; each claims its session, then reads and plans
-    (``compaction_span.read_span``), asks the fast model and writes."""
+    session, and the synchronous runs; each claims its session, then reads and plans, asks
+    the fast model and writes (``compaction_fold.Folding``)."""
 
     def __init__(
         self,
@@ -122,10 +93,12 @@ class DurableSummarizer:
         self.upstream = upstream
         self.bus = bus
         self.count = count
-        self._tasks: dict[tuple[str, str], asyncio.Task[CompactionResult | None]] = {}
+        self._tasks: dict[Key, asyncio.Task[CompactionResult | None]] = {}
+        self._held: set[Key] = set()  # the background compactions that hold their claim
+        self.ending: dict[Key, str] = {}
+        self.rooms: dict[Key, RoomWait] = {}
         self._promotions = Promotions(upstream, bus, pool, acquire_timeout)
         self._closer = Closer(self.pool, bus, self.leases, acquire_timeout)
-        self._publish = functools.partial(publish, bus)  # a compaction's events (its bus)
 
     # -- entry points ------------------------------------------------------------------
 
@@ -137,10 +110,14 @@ class DurableSummarizer:
         task = asyncio.create_task(
             requestlog.apart(self._run_background(job)), name=f"compact:{job.session_id}"
         )
-        self._tasks[key] = task
-        task.add_done_callback(
-            lambda t: self._tasks.pop(key, None) if self._tasks.get(key) is t else None
-        )
+        self._tasks[key], self.rooms[key] = task, RoomWait()
+
+        def done(t: asyncio.Task[CompactionResult | None]) -> None:
+            if self._tasks.get(key) is t:
+                self._tasks.pop(key, None)
+                self.rooms.pop(key, None)
+
+        task.add_done_callback(done)
         task.add_done_callback(said_if_failed(f"background compaction of {job.session_id}"))
         return True
 
@@ -151,9 +128,13 @@ class DurableSummarizer:
 
     async def wait_inflight(self, tenant: str, session_id: str) -> None:
         """Wait for the compaction running here on the session, if one is: time the request
-        waited for its session (``requestlog.session_wait``), not the proxy's own."""
-        task = self._tasks.get((tenant, session_id))
-        if task is not None:
+        waited for its session (``requestlog.session_wait``), not the proxy's own. A request
+        waits on it now: its summary's waits for the budget's room end ``WAIT_SECONDS`` on,
+        as a compaction's the request ran itself would (``RoomWait.join``)."""
+        key = (tenant, session_id)
+        if (task := self._tasks.get(key)) is not None and not task.done():
+            if (room := self.rooms.get(key)) is not None:
+                room.join()
             with requestlog.session_wait(), contextlib.suppress(Exception):
                 await asyncio.shield(task)
 
@@ -192,8 +173,8 @@ class DurableSummarizer:
     async def aclose(self) -> None:
         """Wait within the stop's grace for the promotions running or owed (``Promotions``:
         their facts are not lost to a stop), then end what runs: a compaction still before its
-        summary closes as interrupted, and a later one folds its span again; a promotion cut
-        is left owed to its session's next request."""
+        summary closes as interrupted (counted by ``_run``, as it is cut), and a later one
+        folds its span again; a promotion cut is left owed to its session's next request."""
         try:
             await self._promotions.wait(self._stop)
         finally:
@@ -202,6 +183,7 @@ class DurableSummarizer:
     async def _end_all(self) -> None:
         await self._closer.aclose()
         cut = {key for key, task in self._tasks.items() if not task.done()}
+        running = cut & self._held  # the others wait for their claim: none started
         tasks = list(self._tasks.values())
         for task in tasks:  # before the promotions' cut awaits: none gets past its insert then
             task.cancel()
@@ -209,7 +191,7 @@ class DurableSummarizer:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-        await self._closer.after_stop(cut)  # no replica may start again to sweep them
+        await self._closer.after_stop(cut, running)  # no replica may start again to sweep them
 
     # -- the work ----------------------------------------------------------------------
 
@@ -259,7 +241,9 @@ class DurableSummarizer:
                     return None
             await (pause or asyncio.sleep)(next(delays))
         self.leases.claim(job.tenant, job.session_id, owner)
-        result = None
+        held, result, close, counts = (job.tenant, job.session_id), None, False, False
+        if not wait:
+            self._held.add(held)
         try:
             with compaction_span(job.trigger):
                 result = await self._compact(job, owner)
@@ -267,8 +251,16 @@ class DurableSummarizer:
         except asyncio.CancelledError:  # a waited one is cut in its request's task
             if wait and self._stop.deadline is not None:
                 said_cut(job.session_id)  # a background one's: the stop's (_end_all)
+            end = self.ending.get(held) if not wait or self._stop.deadline is not None else None
+            if end == INSERTING:  # stored or not: its close, here, finds out and counts it
+                close, counts = True, True
+            elif end is not None:  # its end, which the stop's close writes counting nothing
+                note_swept_compaction(end, {"reason": INTERRUPTED})
+                close = wait  # closed here once released (a background one's: _end_all)
             raise
         finally:
+            self._held.discard(held)
+            self.ending.pop(held, None)
             self.leases.unclaim(job.tenant, job.session_id, owner)
             with contextlib.suppress(DatabaseUnavailable, PoolExhausted):  # it expires
                 async with self._conn() as conn:
@@ -279,119 +271,8 @@ class DurableSummarizer:
                         backoff=result.backoff if result else None,
                         until=claim.backoff_until if claim and result and result.busy else None,
                     )
-
-    async def _compact(self, job: CompactionJob, owner: uuid.UUID) -> CompactionResult | None:
-        """Read and plan, call the fast model, write: a connection borrowed for the first
-        and the last part only."""
-        with unavailable_when_lost():
-            async with Lent(self.pool, self.acquire_timeout) as lent:
-                return await self._fold(lent, job, owner)
-
-    async def _fold(
-        self, lent: Lent, job: CompactionJob, owner: uuid.UUID
-    ) -> CompactionResult | None:
-        """Read and plan (``read_span``), report the start, ask the fast model with no connection
-        held, then write and report the summary (``_store``) or the failure (``report_failed``)."""
-        conn = await lent.take()
-        span = await read_span(conn, job, owner, count=self.count, closer=self._closer)
-        if not isinstance(span, Span):
-            return span  # no session, or nothing to fold
-        t0 = time.monotonic()
-        started = {
-            "from_pos": span.from_pos,
-            "to_pos": span.end_pos,
-            "tokens_before": span.before,
-            "summary_version": span.version,
-        }
-        if not await report_started(conn, job, owner, started):
-            log.warning("compaction of %s: its claim passed; nothing folded", job.session_id)
-            return span.unchanged(CLAIM_PASSED)  # None would say the session is gone
-        await lent.give_back()  # none held while the fast model answers
-        try:
-            plan, ratio = span.plan, span.ratio
-            brief = await summarise(self.upstream, job, plan, count=self.count, ratio=ratio)
-        except SummaryCallError as exc:
-            conn = await lent.take()
-            error, calls = str(exc), exc.attempts
-            busy = isinstance(exc, SummaryDeferred)
-            why = "server_busy" if busy else "summary_failed"
-            wait = await report_failed(conn, self._publish, job, span, t0, why, error, calls, exc)
-            return span.unchanged(str(exc), failed=True, backoff=wait, busy=busy)
-        return await self._store(lent, job, span, brief, t0)
-
-    async def _store(
-        self, lent: Lent, job: CompactionJob, span: Span, brief: Briefing, t0: float
-    ) -> CompactionResult:
-        """Write the summary unless the history changed meanwhile or, for a compaction the
-        pressure started, the prompt with it would be no smaller than before (a failure:
-        folding it would only grow every later prompt), report it, and promote the span's
-        facts to memory when the agent asks for it."""
-        conn = await lent.take()
-        # The previous summary is folded too: its identifiers (its own ledger's among them)
-        # are the oldest the model was given, so one it drops comes back, within the cap.
-        given = [*([] if span.latest is None else [as_text(span.latest)]), *span.plan.span]
-        ledger = apply_ledger(brief.content, given, cap=job.cfg.ledger_cap)
-        content = redact(ledger.summary, job.redaction)[0]  # whatever the fast model wrote
-        head = span.head
-        kept = [r["message"] for r in span.tail[span.plan.end :]]
-        after = self.count(fold_summary([*head, *kept], summary=content, system_count=len(head)))
-        if after >= span.before and job.trigger not in _FORCED:  # every later prompt larger
-            reason = (
-                f"the briefing leaves the prompt no smaller ({after} tokens, {span.before} before)"
-            )
-            wait = await report_failed(
-                conn, self._publish, job, span, t0, "summary_failed", reason, brief.calls
-            )
-            return span.unchanged(reason, failed=True, backoff=wait)
-        version = await summaries.insert_summary(
-            conn,
-            tenant=job.tenant,
-            session_id=job.session_id,
-            boundary=span.end_pos,
-            boundary_hash=span.tail[span.plan.end - 1]["hash"],
-            content=content,
-            tokens=self.count([{"role": "user", "content": content}]),
-            model=job.fast_model,
-            owner=span.owner,
-            agent=job.agent,
-            owe_from=None if job.promotion == "off" else span.from_pos,
-        )
-        if version is None:  # the history changed, or the session's agent
-            why, reason = await discarded(conn, job)
-            await report_failed(conn, self._publish, job, span, t0, why, reason, brief.calls)
-            return span.unchanged(reason)
-        folded = span.plan.end - span.plan.start
-        completed = {
-            "summary_version": version,
-            "from_pos": span.from_pos,
-            "to_pos": span.end_pos,
-            "folded_messages": folded,
-            "tokens_before": span.before,
-            "tokens_after": after,
-            "duration_ms": ms_since(t0),
-            "identifiers_kept": ledger.kept,
-            "identifiers_added": ledger.added,
-            "identifiers_dropped": ledger.dropped,
-        }
-        key, task = (job.tenant, job.session_id), asyncio.current_task()
-        owing = task if job.promotion != "off" and task is self._tasks.get(key) else None
-        with self._promotions.owing(owing, key):  # a stop waits for it, as for a promotion
-            await self._publish(conn, job, COMPACTION_COMPLETED, completed)
-            owed, facts = (span.from_pos, span.end_pos), span.plan.span
-            if job.promotion != "off" and job.trigger in _FORCED:
-                await promote(
-                    self.upstream,
-                    self.bus,
-                    lent,
-                    job,
-                    facts,
-                    count=self.count,
-                    owed=owed,
-                    waited_on=job.waited_on,
-                )
-            elif job.promotion != "off":
-                self._promotions.apart(job, facts, count=self.count, owed=owed)
-        return CompactionResult(version, span.end_pos, folded, span.before, after)
+            if close:  # as the stop closes a background one (_end_all): no other replica
+                await self._closer.after_cut(held, counts)  # closes it again, counting twice
 
     def resume_owed(self, job: CompactionJob) -> None:
         """Take over the promotion the session owes (``Promotions.resume``), for a request

@@ -16,8 +16,8 @@ parses and is shorter. An answer far longer than the ``max_tokens`` it was given
 one ends the tries and sets the session's backoff instead. A call the proxy's own budget of
 whole answers refuses (``answer_budget``'s 503) is no attempt: the summary waits for room
 and asks again, for at most ``answer_budget.WAIT_SECONDS`` in all when a request waits on it
-(``CompactionJob.waited_on``). The whole call, retries and waits included, is bounded by
-``summarize.timeoutSeconds``.
+(``CompactionJob.waited_on``, or one that joins it: ``RoomWait.join``). The whole call,
+retries and waits included, is bounded by ``summarize.timeoutSeconds``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy import requestlog
-from proxy.answer_budget import WAIT_SECONDS, refused_pause, watch_arrivals
+from proxy import answer_budget, requestlog
+from proxy.answer_budget import RoomWait, refused_pause, watch_arrivals
 from proxy.cascade.briefing import parse_briefing, without_thinking
 from proxy.cascade.overflow import calibrated_count
 from proxy.cascade.redaction import patterns_of
@@ -200,7 +200,7 @@ class Briefing:
 class _Tally:
     calls: int = 0
     waiting: bool = False  # for the budget's room (``_call``), not for the fast model
-    room_by: float | None = None  # when a waited-on job's wait for room ends (``_room``)
+    room: RoomWait | None = None  # its bound (the job's ``waited_on``), from the first wait
 
 
 async def summarise(
@@ -210,6 +210,7 @@ async def summarise(
     *,
     count: TokenCounter,
     ratio: float = 1.0,
+    room: RoomWait | None = None,
 ) -> Briefing:
     """The briefing of ``plan``'s span, folded onto its previous summary; raises
     :class:`SummaryCallError` when every attempt failed, or when no usable briefing came
@@ -218,8 +219,9 @@ async def summarise(
 
     The prompt is fitted to the fast model's window as the overflow guard counts
     (``calibrated_count`` with the session's real/estimated ``ratio``): it is the session's own
-    text, which the estimate may count low by as much as the session's prompts were."""
-    tally = _Tally()
+    text, which the estimate may count low by as much as the session's prompts were.
+    ``room``: its waits' bound, which a request may join (None: the job's own)."""
+    tally = _Tally(room=room)
     deadline = asyncio.get_running_loop().time() + job.cfg.timeout_seconds
     try:
         with watch_arrivals() as arrivals:
@@ -228,8 +230,8 @@ async def summarise(
     except TimeoutError:
         within = f"summarize.timeoutSeconds ({job.cfg.timeout_seconds:g} s)"
         if tally.waiting or arrivals.cut:  # for room, before a call or as its answer arrived
-            if tally.room_by is not None and tally.room_by < deadline:
-                within = f"the {WAIT_SECONDS:g} s a compaction a request waits on may wait"
+            if tally.room and tally.room.by is not None and tally.room.by < deadline:
+                within = f"the {answer_budget.WAIT_SECONDS:g} s a waited-on compaction may wait"
             raise SummaryDeferred(
                 "the proxy's budget of whole answers (CASCADE_MAX_HELD_ANSWER_BYTES) stayed "
                 f"spent through {within}; nothing was folded",
@@ -308,17 +310,6 @@ def _check_length(text: str, count: TokenCounter) -> None:
         )
 
 
-def _room(job: CompactionJob, tally: _Tally) -> asyncio.Timeout:
-    """The bound of a wait for the budget's room: ``WAIT_SECONDS`` from the summary's first
-    refusal for a job a request waits on (its ``TimeoutError`` defers the summary), none
-    but ``summarize.timeoutSeconds`` for a background one."""
-    if not job.waited_on:
-        return asyncio.timeout(None)
-    if tally.room_by is None:
-        tally.room_by = asyncio.get_running_loop().time() + WAIT_SECONDS
-    return asyncio.timeout_at(tally.room_by)
-
-
 async def _call(
     upstream: Upstream,
     job: CompactionJob,
@@ -340,7 +331,8 @@ async def _call(
     while tally.calls < end:
         if busy:  # room first, then a pause: an answer refused on arrival was paid for
             tally.waiting = True
-            async with _room(job, tally):
+            tally.room = tally.room or RoomWait(job.waited_on)
+            async with tally.room.bound():  # a waited-on job's: ``WAIT_SECONDS`` in all
                 await upstream.budget.room()
                 await asyncio.sleep(refused_pause(busy))  # refusals: no bound
             tally.waiting = False

@@ -50,11 +50,20 @@ INTERRUPTED = "interrupted"
 Key = tuple[str, str]
 
 
-def said_cut(session_id: str) -> None:
+def said_cut(session_id: str, ran: bool = True) -> None:
     """The WARNING of a compaction of ``session_id`` the stop cancelled, background or
     waited for by its request: the summary it was making is lost now, which the log says
-    rather than the next start's sweep, or nothing on a replica scaled down. It names the
-    session, never the tenant (a pass-through client's credential)."""
+    rather than the next start's sweep, or nothing on a replica scaled down. One that had
+    not ``ran`` (a background one still waiting for its claim) lost nothing: it never
+    started, and the session's next request over its threshold starts another. It names
+    the session, never the tenant (a pass-through client's credential)."""
+    if not ran:
+        log.warning(
+            "compaction of session %s cancelled by the stop before it started (it waited "
+            "for its claim): nothing was folded, and the session's next request compacts it",
+            session_id,
+        )
+        return
     log.warning(
         "compaction of session %s cancelled by the stop: a summary it had not stored "
         "is lost, and the session's next compaction folds its span again",
@@ -88,20 +97,37 @@ class Closer:
             self._later = asyncio.create_task(self._again(held), name="close-interrupted")
         return closed
 
-    async def after_stop(self, cut: set[Key]) -> None:
+    async def after_stop(self, cut: set[Key], running: set[Key] | None = None) -> None:
         """Close the compactions of ``cut``, the sessions whose compaction the stop just
         cancelled (their claims released), as the next start would: a replica scaled down
         starts no more. One the database does not take now is left to that sweep.
 
         Each cut compaction is one WARNING naming its session (never its tenant, a
-        pass-through client's credential): the summary it was making is lost, which the log
-        says now rather than at the next start's sweep, or never on a replica scaled down."""
+        pass-through client's credential), ``said_cut``: for one of ``running`` (None: all
+        of them) the summary it was making is lost, which the log says now rather than at
+        the next start's sweep, or never on a replica scaled down; one still waiting for its
+        claim never started."""
         if not cut:
             return
-        for _, session_id in sorted(cut):
-            said_cut(session_id)
+        for key in sorted(cut):
+            said_cut(key[1], ran=running is None or key in running)
         try:
             closed, _ = await self._pass(cut)
+        except Exception as exc:
+            log.warning("interrupted compactions not closed yet: %s", exc)
+            return
+        if closed:
+            log.info("closed %d compaction(s) this stop interrupted", closed)
+
+    async def after_cut(self, key: Key, counts: bool = False) -> None:
+        """Close the compaction of ``key`` a stop cut, in its own task once its claim is
+        released: a waited-on one (its WARNING said, its end counted as it was cut), as
+        ``after_stop`` closes a background one, so no replica's next compaction of the
+        session closes it again and counts it a second time; and one cut during its summary's
+        insert, whose end only the close knows (stored: completed), which ``counts`` it then.
+        One the database does not take now is left to the next start's sweep."""
+        try:
+            closed, _ = await self._pass({key}, counts=counts)
         except Exception as exc:
             log.warning("interrupted compactions not closed yet: %s", exc)
             return
@@ -115,11 +141,12 @@ class Closer:
                 await self._later
 
     async def _pass(
-        self, only: set[Key] | None, quiet: bool = False
+        self, only: set[Key] | None, quiet: bool = False, counts: bool = True
     ) -> tuple[int, set[Key] | None]:
         """Close what is unpaired (in ``only``'s sessions, if named) and unclaimed; return
         how many, and the sessions left because their claim was held: None when the
-        database was not there (``quiet``: not logged again), so none is known closed."""
+        database was not there (``quiet``: not logged again), so none is known closed.
+        ``counts``: whether a close counts its result (``close_session``)."""
         closed, held, locked = 0, set(), set()
         owner, ttl = uuid.uuid4(), self.leases.ttl
         try:
@@ -143,7 +170,9 @@ class Closer:
                             locked.add((tenant, session_id))  # its row, not its claim, held
                         continue
                     try:
-                        closed += await self.close_session(conn, tenant, session_id, every=True)
+                        closed += await self.close_session(
+                            conn, tenant, session_id, every=True, counts=counts
+                        )
                     finally:  # a failure's backoff the claim took over stays
                         await claims.release_compaction(
                             conn,
@@ -184,7 +213,7 @@ class Closer:
             held = left if tries < 9 else left & self._locked
 
     async def close_session(
-        self, conn: Any, tenant: str, session_id: str, every: bool = False
+        self, conn: Any, tenant: str, session_id: str, every: bool = False, counts: bool = True
     ) -> int:
         """Persist ``context.compaction.failed`` (reason ``interrupted``) for each started
         compaction of the session that has no partner: its latest (a compaction's look,
@@ -194,14 +223,17 @@ class Closer:
         database between the two events. The event carries the started one's fields
         (``started_id`` names it) and what a failure leaves: the state before it. What the
         interrupted run took (attempts, duration) is unknown: null. One cut after its summary
-        was stored is closed as completed instead (:meth:`_completed`)."""
+        was stored is closed as completed instead (:meth:`_completed`). A close counts its
+        result in the request it runs in, unless ``counts`` is off (its run counted it)."""
         rows = await events.fetch_unpaired_compactions(
             conn, tenant=tenant, session_id=session_id, every=every
         )
         for row in rows:
             started = nul.decode_json(row["data"])
             if (stored := await summaries.fetchrow_stored_by(conn, row["id"])) is not None:
-                await self._completed(conn, tenant, session_id, row["id"], started, stored)
+                done = await self._completed(conn, tenant, session_id, row["id"], started, stored)
+                if counts:
+                    note_swept_compaction(COMPACTION_COMPLETED, done)
                 continue
             failed = {
                 "trigger": started.get("trigger"),
@@ -219,7 +251,8 @@ class Closer:
             await self.bus.publish(
                 conn, tenant=tenant, session_id=session_id, name=COMPACTION_FAILED, data=failed
             )
-            note_swept_compaction(COMPACTION_FAILED, failed)
+            if counts:
+                note_swept_compaction(COMPACTION_FAILED, failed)
         return len(rows)
 
     async def _completed(
@@ -230,7 +263,7 @@ class Closer:
         started_id: int,
         started: dict[str, Any],
         stored: dict[str, Any],
-    ) -> None:
+    ) -> dict[str, Any]:
         """Persist the ``context.compaction.completed`` a compaction cut after storing its
         summary never wrote: the summary is there, in use. What only the run knew (the
         prompt's tokens after it, the ledger's counts) is null."""
@@ -251,4 +284,4 @@ class Closer:
         await self.bus.publish(
             conn, tenant=tenant, session_id=session_id, name=COMPACTION_COMPLETED, data=completed
         )
-        note_swept_compaction(COMPACTION_COMPLETED, completed)
+        return completed

@@ -186,22 +186,16 @@ def _shown(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
     return shown
 
 
-class _Busy:
-    """Whether a promotion waits for the budget's room now (``_asked``), and, for one a
-    request waits on, the loop time its waits end by."""
+class _Busy(answer_budget.RoomWait):
+    """Whether a promotion waits for the budget's room now (``_asked``), and the bound of
+    its waits (``RoomWait``: for one a request waits on, ``WAIT_SECONDS`` in all, as its
+    summary waits)."""
+
+    __slots__ = ("waiting",)
 
     def __init__(self, waited_on: bool = False) -> None:
-        self.waited_on, self.waiting = waited_on, False
-        self.room_by: float | None = None
-
-    def bound(self) -> asyncio.Timeout:
-        """The bound of one wait for room: none but the promotion's own, or for one a
-        request waits on ``answer_budget.WAIT_SECONDS`` in all, as its summary waits."""
-        if not self.waited_on:
-            return asyncio.timeout(None)
-        if self.room_by is None:
-            self.room_by = asyncio.get_running_loop().time() + answer_budget.WAIT_SECONDS
-        return asyncio.timeout_at(self.room_by)
+        super().__init__(waited_on)
+        self.waiting = False
 
 
 async def _asked(upstream: Any, job: Any, body: dict[str, Any], busy: _Busy) -> Any:

@@ -30,7 +30,7 @@ class _Lines(logging.Handler):
 
 def test_a_background_compaction_that_raised_is_one_error_line_of_its_request() -> None:
     summarizer = object.__new__(DurableSummarizer)
-    summarizer._tasks = {}
+    summarizer._tasks, summarizer.rooms = {}, {}
 
     async def broken(job: Any) -> None:
         raise RuntimeError("a statement failed")

@@ -22,7 +22,7 @@ class _Closer:
     async def aclose(self) -> None:
         pass
 
-    async def after_stop(self, cut: Any) -> None:
+    async def after_stop(self, cut: Any, running: Any = None) -> None:
         pass
 
 
@@ -59,6 +59,7 @@ async def test_a_compaction_past_its_insert_during_the_cut_is_made_due_at_once(
     summarizer = object.__new__(DurableSummarizer)
     summarizer._closer = _Closer()  # type: ignore[assignment]
     summarizer._promotions = promotions
+    summarizer._held = set()  # none holds its claim: these fakes never claim
     promotion = asyncio.create_task(promoting())
     promotions._tasks[promotion] = ("t", "promoting")
     late, owes = ("t", "inserting"), ("t", "owing")  # the first's insert answers during

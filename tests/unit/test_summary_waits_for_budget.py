@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from proxy.answer_budget import AnswerBudget
+from proxy import answer_budget
+from proxy.answer_budget import AnswerBudget, RoomWait
 from proxy.cascade.types import CompactionPlan
 from proxy.config import ModelConfig
 from proxy.config_context import SummarizeConfig
 from proxy.errors import ServerBusy
-from proxy.services import compaction_job
+from proxy.services import compaction_fold
 from proxy.services.compaction import DurableSummarizer
 from proxy.services.compaction_job import CompactionJob, SummaryDeferred, _call, summarise
 
@@ -109,7 +111,7 @@ async def test_a_summary_a_request_waits_on_waits_for_the_budget_only_briefly(
     past the budget's own wait (``WAIT_SECONDS``) defers it then, not after the whole
     ``summarize.timeoutSeconds``, so the turn goes on with the overflow guard (a forced one
     answers its 503 to retry) promptly."""
-    monkeypatch.setattr(compaction_job, "WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.2)
     upstream = _Upstream()
     await upstream.budget.take(100)  # spent, and never given back
     cfg = SummarizeConfig(timeoutSeconds=30)
@@ -127,7 +129,7 @@ async def test_a_summary_a_request_waits_on_waits_for_the_budget_only_briefly(
 async def test_a_background_summary_waits_past_the_budgets_own_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(compaction_job, "WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.1)
     upstream = _Upstream()
 
     async def spend_then_free() -> None:
@@ -192,3 +194,84 @@ async def test_a_deadline_that_cuts_an_answer_waiting_for_room_defers_the_summar
     with pytest.raises(SummaryDeferred):
         await summarise(upstream, job, plan, count=lambda ms: len(str(ms)))  # type: ignore[arg-type]
     assert upstream.sent == 1 and upstream.budget.held == 60
+
+
+async def test_a_background_summary_a_request_joins_waits_for_the_budget_only_briefly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hard turn that finds a background compaction running waits on it: once it joins
+    (``RoomWait.join``), the summary's wait for room ends ``WAIT_SECONDS`` on, as its own
+    compaction's would, not at ``summarize.timeoutSeconds``."""
+    monkeypatch.setattr(answer_budget, "WAIT_SECONDS", 0.2)
+    upstream = _Upstream()
+    await upstream.budget.take(100)  # spent, and never given back
+    job: Any = SimpleNamespace(**{**vars(_JOB), "cfg": SummarizeConfig(timeoutSeconds=30)})
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    room = RoomWait()
+    summary = summarise(upstream, job, plan, count=lambda ms: len(str(ms)), room=room)  # type: ignore[arg-type]
+    task = asyncio.create_task(summary)
+    await _until(lambda: upstream.budget._freed is not None)  # it waits for room
+    room.join()
+    with pytest.raises(SummaryDeferred) as deferred:
+        await asyncio.wait_for(task, 5)
+    assert "0.2 s" in str(deferred.value) and "timeoutSeconds" not in str(deferred.value)
+
+
+async def test_a_request_waiting_on_a_background_compaction_joins_its_summarys_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate, rooms = asyncio.Event(), []
+
+    async def run_background(self: DurableSummarizer, job: CompactionJob) -> None:
+        span = compaction_fold.Span(uuid.uuid4(), None, 0, [], [{"pos": 0}, {"pos": 1}], plan, 9)  # type: ignore[list-item]
+        monkeypatch.setattr(compaction_fold, "read_span", _returning(span))
+        monkeypatch.setattr(compaction_fold, "report_started", _returning(True))
+        await gate.wait()
+        with pytest.raises(LookupError):
+            await self._fold(_Lent(), job, uuid.uuid4())  # type: ignore[arg-type]
+
+    async def summarise(*args: Any, room: Any = None, **kwargs: Any) -> None:
+        rooms.append(room)
+        raise LookupError
+
+    plan = CompactionPlan(0, 1, ({"role": "user", "content": "hi"},), None)
+    monkeypatch.setattr(DurableSummarizer, "_run_background", run_background)
+    monkeypatch.setattr(compaction_fold, "summarise", summarise)
+    summarizer = DurableSummarizer(pool=None, upstream=None, bus=None, count=len)  # type: ignore[arg-type]
+    job = CompactionJob(
+        tenant="t", session_id="s", provider=None, fast_model="fast", fast_limits=None,
+        cfg=None, headers={}, trigger="soft",
+    )  # type: ignore[arg-type]  # fmt: skip
+    assert summarizer.start_background(job)
+    room = summarizer.rooms[("t", "s")]
+    assert not room.waited_on
+    waiting = asyncio.create_task(summarizer.wait_inflight("t", "s"))
+    await _until(lambda: room.waited_on)
+    gate.set()
+    await asyncio.wait_for(waiting, 5)
+    assert rooms == [room] and summarizer.rooms == {}
+
+
+async def _until(state: Any) -> None:
+    """Wait (a few loop turns, 2 s at most) until ``state()`` holds."""
+
+    async def polled() -> None:
+        while not state():
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(polled(), 2)
+
+
+def _returning(value: Any) -> Any:
+    async def returned(*args: Any, **kwargs: Any) -> Any:
+        return value
+
+    return returned
+
+
+class _Lent:
+    async def take(self) -> None:
+        return None
+
+    async def give_back(self) -> None:
+        return None

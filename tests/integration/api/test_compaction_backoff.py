@@ -48,6 +48,16 @@ def _row(s: Stack, session: str) -> dict[str, Any]:
     return row
 
 
+def _released(s: Stack, session: str) -> dict[str, Any]:
+    """The session row once the failed compaction released its claim: its failed event is
+    written before the release that sets the backoff, so the row read at the event may
+    still hold the claim (its owner, the claim's own expiry)."""
+    return wait_until(
+        lambda: (row := _row(s, session))["compaction_owner"] is None and row,
+        what="the claim's release",
+    )
+
+
 def _expire(s: Stack, session: str) -> None:
     s.query("UPDATE sessions SET compaction_expires = now() WHERE id = $1", session)
 
@@ -63,8 +73,8 @@ def test_a_failed_background_compaction_is_not_retried_by_each_request_until_its
         wait_until(lambda: _failed(s, "loop"), what="the first failure")
         calls = len(model.fast_times)
         assert calls == 1
-        row = _row(s, "loop")
-        assert row["compaction_owner"] is None and row["backing_off"]
+        row = _released(s, "loop")
+        assert row["backing_off"]
         assert 25 < row["left"] <= 30
         (first,) = _failed(s, "loop")
         assert first["retry_in_seconds"] == 30
@@ -94,7 +104,7 @@ def test_a_forced_compaction_runs_inside_the_backoff_and_a_success_clears_it(
         agent = Agent(s.client("forced"))
         agent.fill()
         wait_until(lambda: _failed(s, "forced"), what="the failure")
-        assert _row(s, "forced")["backing_off"]
+        assert _released(s, "forced")["backing_off"]
         model.brief = lambda req: briefing()
         resp = httpx.post(
             f"{s.proxy.origin}/v1/sessions/forced/compact",
@@ -148,7 +158,7 @@ def test_a_long_retry_after_ends_the_attempts_and_becomes_the_backoff(
         assert failed["attempts"] == len(fast.times) == 1, "a retry would be refused too"
         assert failed["retry_in_seconds"] == 120
         assert "Retry-After 120" in failed["error"]
-        assert 110 < _row(s, "limited")["left"] <= 120
+        assert 110 < _released(s, "limited")["left"] <= 120
 
 
 def test_a_short_retry_after_is_waited_for_before_the_next_attempt(

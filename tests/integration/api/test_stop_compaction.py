@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from proxy.cascade.types import COMPACTION_COMPLETED
-from proxy.services import compaction
+from proxy.services import compaction, compaction_fold
 from proxy.store import summaries
 from tests.fakes.replies import Pacer
 from tests.fakes.upstream import FakeUpstream
@@ -44,7 +44,7 @@ class HeldCompleted:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, then: float = 0.3) -> None:
         self.reached, self.closing = threading.Event(), threading.Event()
         self.active = True
-        publish, aclose = compaction.publish, compaction.DurableSummarizer.aclose
+        publish, aclose = compaction_fold.publish, compaction.DurableSummarizer.aclose
 
         async def held(bus: Any, conn: Any, job: Any, name: str, data: dict[str, Any]) -> None:
             if name == COMPACTION_COMPLETED and self.active:
@@ -58,7 +58,7 @@ class HeldCompleted:
             self.closing.set()
             await aclose(summarizer)
 
-        monkeypatch.setattr(compaction, "publish", held)
+        monkeypatch.setattr(compaction_fold, "publish", held)
         monkeypatch.setattr(compaction.DurableSummarizer, "aclose", closing)
 
 
