@@ -82,9 +82,9 @@ async def _settle(conn: GuardedConnection) -> None:
     """Wait for the answer to ``conn``'s cancelled statement (:func:`_guarded` bounds it by
     :data:`CANCEL_GRACE`) through an empty query: asyncpg waits for that answer before it
     sends any statement and has no public call that waits for it alone. One more round trip,
-    after a cancel only; PostgreSQL answers it in a failed transaction too (the next
-    statement there is the ROLLBACK). Fetched: ``execute`` reads a command tag, which an
-    empty query has not."""
+    after a cancel outside a transaction only: in one, the cancel failed it, and PostgreSQL
+    refuses to bind any statement there but its ROLLBACK. Fetched: ``execute`` reads a
+    command tag, which an empty query has not."""
     await asyncpg.Connection.fetch(conn, "")
 
 
@@ -99,11 +99,16 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     async def guarded(self: GuardedConnection, *args: Any, **kwargs: Any) -> Any:
         grace: asyncio.Timeout | None = None
         try:
-            if self.cancel_unsettled:  # the grace bounds the cancel's answer, not the statement
+            if self.cancel_unsettled and self.is_in_transaction():
+                # a failed transaction: its ROLLBACK follows, the grace bounds both
                 async with asyncio.timeout(CANCEL_GRACE) as grace:
-                    await _settle(self)
-                self.cancel_unsettled = False
-            result = await method(self, *args, **kwargs)
+                    result = await method(self, *args, **kwargs)
+            else:
+                if self.cancel_unsettled:  # the grace bounds the cancel's answer alone
+                    async with asyncio.timeout(CANCEL_GRACE) as grace:
+                        await _settle(self)
+                    self.cancel_unsettled = False
+                result = await method(self, *args, **kwargs)
             self.cancel_unsettled = False
             return result
         except asyncio.CancelledError:

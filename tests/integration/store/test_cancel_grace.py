@@ -100,3 +100,19 @@ async def test_a_statement_past_the_pools_bound_is_named_with_it(db_dsn: str) ->
             await pool.fetchval("SELECT pg_sleep(2)")
     finally:
         await asyncio.wait_for(pool.close(), 10)
+
+
+async def test_a_transaction_whose_statement_was_cancelled_rolls_back(db_dsn: str) -> None:
+    """A statement that ran out of its time inside a transaction leaves the transaction
+    failed once the cancel is answered: its ROLLBACK is still served, and the connection
+    goes on to serve the next statement."""
+    pool = await create_pool(db_dsn, min_size=1, max_size=1, command_timeout=HELD)
+    try:
+        async with pool.acquire() as conn:
+            with pytest.raises(db.DatabaseTimeout):
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_sleep(5)", timeout=0.2)
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SELECT 1") == 1
+    finally:
+        await asyncio.wait_for(pool.close(), 10)
