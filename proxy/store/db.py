@@ -99,8 +99,7 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     async def guarded(self: GuardedConnection, *args: Any, **kwargs: Any) -> Any:
         grace: asyncio.Timeout | None = None
         try:
-            if self.cancel_unsettled and self.is_in_transaction():
-                # a failed transaction: its ROLLBACK follows, the grace bounds both
+            if self.cancel_unsettled and self.is_in_transaction():  # failed: its ROLLBACK next
                 async with asyncio.timeout(CANCEL_GRACE) as grace:
                     result = await method(self, *args, **kwargs)
             else:

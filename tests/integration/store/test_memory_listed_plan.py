@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from proxy.store import memory
 from tests.integration.store.helpers import T, create_session
 from tests.integration.store.test_memory_scope_reads import BIG, _rows_read
@@ -26,9 +28,12 @@ async def _fill(conn: Any) -> None:
     await conn.execute("ANALYZE memory")
 
 
-async def test_a_small_scope_is_listed_from_its_own_rows_under_a_generic_plan(conn: Any) -> None:
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+async def test_a_small_scope_is_listed_from_its_own_rows_under_either_plan(
+    conn: Any, mode: str
+) -> None:
     await _fill(conn)
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"SET plan_cache_mode = {mode}")
     await conn.execute(f"PREPARE listed ({TYPES}) AS {memory.FETCH_LISTED}")
     for scopes, limit, after, rows in (
         (["agent:b"], 101, 0, 3),
@@ -59,3 +64,32 @@ async def test_the_list_reads_each_scope_once_in_id_order(conn: Any) -> None:
     assert await listed(["global", "agent:b"], after=first, limit=2) == both[1:3]
     assert await listed(["agent:a"], limit=2, offset=BIG - 1) == [f"a fact {BIG}"]
     assert await listed(["none"]) == []
+
+
+PLAIN = """
+SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
+FROM memory m LEFT JOIN sessions s ON s.tenant = m.tenant AND s.id = m.source_session
+WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) AND m.id > $5
+ORDER BY m.id LIMIT $3 OFFSET $4
+"""
+"""The list's plain form (one filter, one order), the oracle the per-scope ranges match."""
+
+
+async def test_the_list_answers_as_its_plain_form_does(conn: Any) -> None:
+    await create_session(conn, tenant=T, session_id="s", agent="b", model=None)
+    await create_session(conn, tenant="other", session_id="s", agent="x", model=None)
+    fill = (
+        "INSERT INTO memory (tenant, scope, fact, source_session)"
+        " SELECT $1, $2, $2 || ' ' || i, CASE WHEN i % 2 = 0 THEN 's' END"
+        " FROM generate_series(1, $3) i"
+    )
+    for tenant, scope, n in ((T, "global", 7), (T, "agent:b", 5), ("other", "agent:b", 6)):
+        await conn.execute(fill, tenant, scope, n)
+    await conn.execute(fill, T, "global", 3)  # interleaved ids across scopes
+    ids = [r["id"] for r in await conn.fetch(PLAIN, T, ["global"], None, 0, 0)]
+    for scopes in (["global"], ["agent:b", "global"], ["global", "global"], ["none"], []):
+        for limit, offset, after in ((None, 0, 0), (3, 0, 0), (4, 5, 0), (2, 1, ids[2])):
+            args = (T, scopes, limit, offset, after)
+            want = [dict(r) for r in await conn.fetch(PLAIN, *args)]
+            got = [dict(r) for r in await conn.fetch(memory.FETCH_LISTED, *args)]
+            assert got == want, args
