@@ -27,6 +27,7 @@ pure-Python parser raises that error itself, as no ``ClientError``: it becomes t
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import socket
 import weakref
@@ -68,12 +69,14 @@ _READING: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 """Each watched connection's protocol and the body last read over it."""
 
 
-def fail_if_cut(content: Any) -> None:
-    """End ``content`` (an aiohttp ``StreamReader``) with a ``ClientPayloadError`` if its
-    connection closes before the body ended or failed: what a parse error in the body leaves
-    it (the error stays on the connection's protocol, and the read timeout is dropped). A
-    kept-alive connection gets one watch, whatever number of answers it carries."""
-    protocol = getattr(content, "_protocol", None)  # none on a body known empty (a 204)
+def fail_if_cut(response: Any) -> None:
+    """End ``response``'s body (an aiohttp ``ClientResponse``'s ``content``) with a
+    ``ClientPayloadError`` if its connection closes before the body ended or failed: what a
+    parse error in the body leaves it (the error stays on the connection's protocol, and the
+    read timeout is dropped). A kept-alive connection gets one watch, whatever number of
+    answers it carries."""
+    content, connection = response.content, response.connection
+    protocol = connection.protocol if connection is not None else None  # none: a body read
     if protocol is None or content.is_eof():
         return
     closed = protocol.closed
@@ -206,6 +209,17 @@ class ReadAhead(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
+_ANSWERED: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("cascade_answered")
+"""Where :func:`_answered` puts the aiohttp response of the request its task sends."""
+
+
+async def _answered(session: Any, context: Any, params: Any) -> None:
+    """aiohttp's ``on_request_end`` trace: the request's response, for the transport that
+    sent it in this task (httpx-aiohttp keeps it in its stream, under a private name)."""
+    if (answers := _ANSWERED.get(None)) is not None:
+        answers.append(params.response)
+
+
 def provider_socket(addr_info: Any) -> socket.socket:
     """The socket of each connection to a provider (aiohttp's ``socket_factory``), its
     receive buffer fixed at ``RECEIVE_BUFFER_BYTES``: Linux grows an eagerly read one's."""
@@ -234,20 +248,28 @@ def read_ahead_transport() -> type[httpx.AsyncBaseTransport]:
                 ssl=self.ssl_context,
                 socket_factory=provider_socket,
             )
+            trace = aiohttp.TraceConfig()
+            trace.on_request_end.append(_answered)
             # No cookie jar: the client is every tenant's (see ``build_client``).
-            return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+            return aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trace_configs=[trace]
+            )
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            answers: list[Any] = []
+            token = _ANSWERED.set(answers)
             try:
                 response = await super().handle_async_request(request)
             except aiohttp.ClientResponseError as exc:  # a head that is not HTTP
                 why = _first_line(exc.message)
                 raise httpx.RemoteProtocolError(f"{NOT_HTTP} ({why})", request=request) from exc
+            finally:
+                _ANSWERED.reset(token)
             inner = response.stream
             assert isinstance(inner, httpx.AsyncByteStream)
-            # httpx-aiohttp's stream keeps the aiohttp response it reads.
-            content = inner._aiohttp_response.content  # type: ignore[attr-defined]
-            fail_if_cut(content)
+            (answer,) = answers  # no redirect is followed: one request, one answer
+            content = answer.content
+            fail_if_cut(answer)
             if request.extensions.get(STREAM_EXTENSION):
                 response.stream = ReadAhead(content, inner, READ_AHEAD_BYTES)
             else:

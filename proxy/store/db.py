@@ -74,7 +74,18 @@ cancelled: a client gone) waits for the server's answer to the cancel before its
 statement (a transaction's ROLLBACK) or its return to the pool; then it is closed. asyncpg
 would wait as long as the pool's statement bound again, and a paused pooler holds that
 answer as long as the pause lasts: a connection and its task held long after the statement
-gave up. A healthy server answers a cancel within a round trip or two."""
+gave up. A healthy server answers a cancel within a round trip or two. The grace bounds that
+wait alone (:func:`_settle`): the next statement has its own time, as on any connection."""
+
+
+async def _settle(conn: GuardedConnection) -> None:
+    """Wait for the answer to ``conn``'s cancelled statement (:func:`_guarded` bounds it by
+    :data:`CANCEL_GRACE`) through an empty query: asyncpg waits for that answer before it
+    sends any statement and has no public call that waits for it alone. One more round trip,
+    after a cancel outside a transaction only: in one, the cancel failed it, and PostgreSQL
+    refuses to bind any statement there but its ROLLBACK. Fetched: ``execute`` reads a
+    command tag, which an empty query has not."""
+    await asyncpg.Connection.fetch(conn, "")
 
 
 def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
@@ -88,11 +99,15 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
     async def guarded(self: GuardedConnection, *args: Any, **kwargs: Any) -> Any:
         grace: asyncio.Timeout | None = None
         try:
-            if not self.cancel_unsettled:
-                result = await method(self, *args, **kwargs)
-            else:  # asyncpg waits for the cancel's answer first: the grace bounds both
+            if self.cancel_unsettled and self.is_in_transaction():  # failed: its ROLLBACK next
                 async with asyncio.timeout(CANCEL_GRACE) as grace:
                     result = await method(self, *args, **kwargs)
+            else:
+                if self.cancel_unsettled:  # the grace bounds the cancel's answer alone
+                    async with asyncio.timeout(CANCEL_GRACE) as grace:
+                        await _settle(self)
+                    self.cancel_unsettled = False
+                result = await method(self, *args, **kwargs)
             self.cancel_unsettled = False
             return result
         except asyncio.CancelledError:
@@ -109,8 +124,7 @@ def _guarded(method: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
             if connection_lost(exc, self):
                 raise lost(exc) from exc
             if isinstance(exc, SLOW):
-                config = getattr(self, "_config", None)  # asyncpg's, which it does not type
-                bound = kwargs.get("timeout") or getattr(config, "command_timeout", None)
+                bound = kwargs.get("timeout") or self.command_timeout
                 raise timed_out(exc, bound) from exc
             if isinstance(exc, asyncpg.InsufficientResourcesError):
                 raise DatabaseUnavailable(
@@ -141,6 +155,10 @@ class GuardedConnection(asyncpg.Connection):
     """Whether this connection's last statement was cancelled (its time ran out, or its task
     was) and none ended since: asyncpg then waits for the server's answer to the cancel
     before anything else it does with it, :data:`CANCEL_GRACE` at most here."""
+
+    command_timeout: float | None = None
+    """The pool's statement bound (asyncpg's ``command_timeout``), as the pool's connect
+    callback was given it (:func:`create_pool`): asyncpg keeps its own copy private."""
 
     execute = _guarded(asyncpg.Connection.execute)
     executemany = _guarded(asyncpg.Connection.executemany)
@@ -342,7 +360,10 @@ async def create_pool(dsn: str, *, setting: str = "DATABASE_URL", **kwargs: Any)
     async def opened(*args: Any, **kwargs: Any) -> Any:
         if opening is not None and (task := asyncio.current_task()) is not None:
             opening.add(task)
-        return await outage.connect(*args, **kwargs)
+        conn = await outage.connect(*args, **kwargs)
+        if isinstance(conn, GuardedConnection):
+            conn.command_timeout = kwargs.get("command_timeout")
+        return conn
 
     try:
         pool = await asyncpg.create_pool(dsn, init=init, connect=opened, **kwargs)

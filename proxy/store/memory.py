@@ -30,8 +30,13 @@ FACT_COLUMNS = "id, scope, fact AS text, source_session, created_at"
 
 FETCH_LISTED = """
 SELECT m.id, m.scope, m.fact AS text, m.source_session, m.created_at, s.agent AS source_agent
-FROM memory m LEFT JOIN sessions s ON s.tenant = m.tenant AND s.id = m.source_session
-WHERE m.tenant = $1 AND m.scope = ANY($2::text[]) AND m.id > $5
+FROM (SELECT DISTINCT unnest($2::text[])) AS q(scope)
+CROSS JOIN LATERAL (
+    SELECT id, scope, fact, source_session, created_at FROM memory
+    WHERE tenant = $1 AND scope >= q.scope AND scope <= q.scope AND id > $5
+    ORDER BY scope, id LIMIT $3::bigint + $4::bigint
+) m
+LEFT JOIN sessions s ON s.tenant = $1 AND s.id = m.source_session
 ORDER BY m.id LIMIT $3 OFFSET $4
 """
 
@@ -48,7 +53,16 @@ async def fetch_listed_facts(
     """The facts of ``scopes``, oldest first, a page of them (``limit`` None: all from
     ``offset`` on, of those with an id past ``after``), each with the agent its source
     session runs now (``source_agent``: None when the fact has no source session or it was
-    deleted), which decides whether a key limited to some agents may see that session's id."""
+    deleted), which decides whether a key limited to some agents may see that session's id.
+
+    Each scope is read as its own range of ``memory_scope_id``, at most ``limit + offset``
+    rows past ``after``, and the ranges merged by id, as :func:`session_facts` reads: with
+    ``scope = ANY(...) ORDER BY id`` the generic plan PostgreSQL may switch a prepared
+    statement to (asyncpg prepares every one) guesses each scope a tenth of the table and
+    walks ``memory_pkey`` in id order through the tenant's every fact for a small scope; an
+    equality inside the join did the same. The range keeps ``scope`` in the order asked,
+    which only that index gives without reading the whole scope (docs/perf.md,
+    "FETCH_LISTED's generic plan")."""
     return list(await conn.fetch(FETCH_LISTED, tenant, list(scopes), limit, offset, after))
 
 

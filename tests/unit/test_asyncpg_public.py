@@ -11,7 +11,10 @@ from pathlib import Path
 
 import proxy
 
-PRIVATE = {"_protocol", "_is_cancelling", "_wait_for_cancellation", "_con", "_cancel"}
+PRIVATE = {
+    *("_protocol", "_is_cancelling", "_wait_for_cancellation", "_con", "_cancel"),
+    "_config",  # a connection's settings: its command_timeout is GuardedConnection's own
+}
 
 
 def _private_names(path: Path) -> set[str]:

@@ -91,8 +91,8 @@ async def test_answers_that_end_leave_nothing_on_their_kept_alive_connection() -
     async with server, aiohttp.ClientSession() as session:
         for _ in range(20):
             async with session.post(server.url() + "/chat/completions", data=b"{}") as resp:
-                fail_if_cut(resp.content)
-                protocols.add(resp.content._protocol)
+                fail_if_cut(resp)
+                protocols.add(resp.connection.protocol)
                 assert await resp.read() == body
         assert server.connections == 1 and len(protocols) == 1
         closed = protocols.pop()._closed
@@ -184,7 +184,7 @@ async def test_a_reset_of_a_watched_connection_leaves_no_unretrieved_error() -> 
     try:
         async with server, aiohttp.ClientSession() as session:
             async with session.post(server.url() + "/x", data=b"{}") as resp:
-                fail_if_cut(resp.content)
+                fail_if_cut(resp)
                 assert await resp.read() == b"{}"
             await asyncio.sleep(0.2)  # the reset arrives while the connection is kept
             del resp  # it holds the connection's protocol, which holds the future

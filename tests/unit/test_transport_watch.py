@@ -113,8 +113,9 @@ async def test_a_watch_ends_with_its_connection_whether_pooled_or_cut_short() ->
 
 
 async def test_the_aiohttp_internals_the_watch_reads_are_there() -> None:
-    """``fail_if_cut`` reads private attributes; an aiohttp that renames one fails here by
-    name, not as a watch that silently never fires."""
+    """``fail_if_cut`` reads the connection's protocol (``ClientResponse.connection``,
+    ``Connection.protocol``) and the protocol's ``closed`` and ``exception()``; an aiohttp
+    that renames one fails here by name, not as a watch that silently never fires."""
     import aiohttp
 
     async def handler(reader: Reader, writer: Writer, n: int) -> None:
@@ -131,9 +132,9 @@ async def test_the_aiohttp_internals_the_watch_reads_are_there() -> None:
         aiohttp.ClientSession() as session,
         session.post(server.url() + "/x", data=b"{}") as resp,
     ):
-        protocol = resp.content._protocol
-        assert resp.connection is not None and protocol is resp.connection.protocol
+        assert resp.connection is not None
+        protocol = resp.connection.protocol
         assert isinstance(protocol.closed, asyncio.Future) and protocol.exception() is None
-        fail_if_cut(resp.content)
+        fail_if_cut(resp)
         assert aiohttp_stream._READING.get(protocol) is resp.content
         assert await resp.read() == BODY

@@ -71,3 +71,48 @@ async def test_a_cancelled_statement_whose_cancel_goes_unanswered_ends_within_th
 
 SLEEPING = """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 WHERE query LIKE 'SELECT pg_sleep(%' AND pid <> pg_backend_pid()"""
+
+
+async def test_the_grace_bounds_the_cancels_answer_not_the_next_statement(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement that ran out of its time leaves its connection waiting for the cancel's
+    answer; once the server gives it, the next statement has its own time, not the grace."""
+    monkeypatch.setattr(db, "CANCEL_GRACE", GRACE)
+    pool = await create_pool(db_dsn, min_size=1, max_size=1, command_timeout=HELD)
+    try:
+        async with pool.acquire() as conn:
+            with pytest.raises(db.DatabaseTimeout):
+                await conn.execute("SELECT pg_sleep(5)", timeout=0.2)
+            assert conn.cancel_unsettled
+            started = time.monotonic()
+            await conn.execute(f"SELECT pg_sleep({GRACE * 3})")  # past the grace: served
+            assert time.monotonic() - started >= GRACE * 3
+            assert not conn.cancel_unsettled
+    finally:
+        await asyncio.wait_for(pool.close(), 10)
+
+
+async def test_a_statement_past_the_pools_bound_is_named_with_it(db_dsn: str) -> None:
+    pool = await create_pool(db_dsn, min_size=1, max_size=1, command_timeout=0.2)
+    try:
+        with pytest.raises(db.DatabaseTimeout, match=r"within 0\.2 s"):
+            await pool.fetchval("SELECT pg_sleep(2)")
+    finally:
+        await asyncio.wait_for(pool.close(), 10)
+
+
+async def test_a_transaction_whose_statement_was_cancelled_rolls_back(db_dsn: str) -> None:
+    """A statement that ran out of its time inside a transaction leaves the transaction
+    failed once the cancel is answered: its ROLLBACK is still served, and the connection
+    goes on to serve the next statement."""
+    pool = await create_pool(db_dsn, min_size=1, max_size=1, command_timeout=HELD)
+    try:
+        async with pool.acquire() as conn:
+            with pytest.raises(db.DatabaseTimeout):
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_sleep(5)", timeout=0.2)
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SELECT 1") == 1
+    finally:
+        await asyncio.wait_for(pool.close(), 10)
