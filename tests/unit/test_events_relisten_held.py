@@ -6,15 +6,16 @@ the last id it received, is past the held event, so the stream's last frames sen
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from proxy.api import event_cursor, events
+from proxy.api import catch_up, event_cursor, events
 from proxy.bus import RELISTENED, BusEvent
 from proxy.store.db import DatabaseUnavailable
-from tests.unit.test_events_shared_catch_up import _Bus, _open, _Request, _Table
+from tests.unit.test_events_shared_catch_up import _Bus, _holds, _open, _Request, _Table
 
 
 @pytest.fixture
@@ -44,6 +45,9 @@ async def _held_then_later_sent(
     """Two streams that sent event 2, then held back event 1, committed after it (two
     writers) and heard in their first seconds, whose read met an outage."""
     monkeypatch.setattr(event_cursor, "SETTLE_SECONDS", 5.0)
+    held = _holds(monkeypatch)
+    # the end's read is one of its own: none that failed in the outage is shared with it
+    monkeypatch.setattr(catch_up, "SLACK", 0.0)
     bus, session = _Bus(), ("t", "s", datetime.now(UTC))
     tasks, frames = await _open(2, bus, session)
     fetch, down = table.fetch, False
@@ -68,7 +72,7 @@ async def _held_then_later_sent(
     down = True
     add(1)
     bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))  # held back: its read fails
-    await asyncio.sleep(0.05)
+    await _until(lambda: held == [1, 1])  # by each stream
     down = False
     return bus, session, tasks, frames
 
@@ -108,6 +112,9 @@ async def test_a_later_event_waits_behind_one_held_back_so_no_end_skips_it(
     # Sent before the held one, a later event's id would be the Last-Event-ID of a client
     # whose stream ends any other way (its network, a stop), and its replay would skip it.
     monkeypatch.setattr(events, "CATCH_UP_SECONDS", 0.05)
+    monkeypatch.setattr(event_cursor, "SETTLE_SECONDS", 60.0)  # ended below, once 1 is held
+    lives = _lives(monkeypatch)
+    held = _holds(monkeypatch)
     bus, session = _Bus(), ("t", "s", datetime.now(UTC))
     tasks, (frames,) = await _open(1, bus, session)
     fetch, down = table.fetch, True
@@ -120,10 +127,12 @@ async def test_a_later_event_waits_behind_one_held_back_so_no_end_skips_it(
     monkeypatch.setattr(events.store, "fetch_session_events_after", outage)
     table.add("t", session[2], 1)
     bus.live(BusEvent("context.usage", {"tenant": "t"}, 1))  # held back: its read failed
-    await asyncio.sleep(0.1)  # past the first seconds: a live event goes without a read
+    await _until(lambda: held == [1])
+    (live,) = lives
+    live.unsure_until = 0.0  # past the first seconds: a live event goes without a read
     table.add("t", session[2], 2)
     bus.live(BusEvent("context.usage", {"tenant": "t"}, 2))
-    await asyncio.sleep(0.1)
+    await _until(lambda: held == [1, 2] or _resume(frames) != 0)  # held back, or sent
     assert _resume(frames) == 0, frames  # the later one waits too
     down = False
     while _resume(frames) != 2:  # the catch-up once the database is back: both, in order
@@ -131,3 +140,23 @@ async def test_a_later_event_waits_behind_one_held_back_so_no_end_skips_it(
     bus.live(RELISTENED)
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     assert [x["id"] for x in frames if "id" in x] == ["1", "2"]
+
+
+async def _until(state: Callable[[], bool]) -> None:
+    """Wait for ``state``, on a loaded machine too, but not for ever."""
+    async with asyncio.timeout(5):
+        while not state():
+            await asyncio.sleep(0.001)
+
+
+def _lives(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The streams' live judges (``events._Live``) made from now on."""
+    lives: list[Any] = []
+
+    class Noted(events._Live):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            lives.append(self)
+
+    monkeypatch.setattr(events, "_Live", Noted)
+    return lives

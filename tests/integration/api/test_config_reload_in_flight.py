@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tests.integration.api.compaction_stack import (
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.api.read_tool_output_helpers import chat, context, history, read_call
 from tests.integration.api.test_config_reload import save
+from tests.integration.api.test_config_reload_operator import _until
 from tests.integration.api.test_events import user
 from tests.integration.transcripts import blob
 
@@ -50,8 +50,9 @@ def test_a_request_keeps_its_config_through_its_internal_rounds(
     """The model's ``read_tool_output`` call is answered by the proxy and the model asked
     again: that second round goes to the provider of the first, though the file now names
     another."""
+    held = Pacer(first=True)  # the first round's answer waits until the reload is applied
     fake_upstream.script(
-        reply(None, tool_calls=[read_call("int_1", id="call_big")], first_byte_delay=3.0),
+        reply(None, tool_calls=[read_call("int_1", id="call_big")], pacer=held),
         reply("done"),
     )
     answer: list[Any] = []
@@ -61,7 +62,8 @@ def test_a_request_keeps_its_config_through_its_internal_rounds(
     request.start()
     fake_upstream.wait_for_requests(1)
     save(config_path, write_config(tmp_path / "next.json", second_upstream.url).read_text())
-    time.sleep(1.5)  # reloaded while the first round waits for its answer
+    _until(proxy, 0, 1)  # reloaded while the first round waits for its answer
+    held.allow(10)
     request.join(15)
     assert answer and answer[0].choices[0].message.content == "done"
     assert len(fake_upstream.bodies()) == 2

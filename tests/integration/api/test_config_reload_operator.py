@@ -19,7 +19,7 @@ from tests.integration.api.test_metrics import Samples, scrape
 
 
 def _until(proxy: ProxyServer, rejected: float, reloaded: float) -> Samples:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 20  # generous: the watcher's recheck comes every 5 s
     while True:
         m = scrape(proxy.origin)
         counts = (

@@ -25,8 +25,10 @@ def test_the_read_ahead_answers_within_the_interval(
 ) -> None:
     config = write_config(tmp_path / "agents.json", fake_upstream.url, context=context())
     proxy = start_proxy(config, keepalive_seconds=1.0)
-    # headers 0.6 s in, the first token 1.2 s after them
-    fake_upstream.script(reply("late", first_byte_delay=0.6, first_token_delay=1.2))
+    # headers 0.75 s in, the first token 1.2 s after them: the interval ends at 1.0 s, one
+    # begun at the headers at 1.75 s; the bound between leaves each side 0.35 s of load
+    # (a clock's property: no order of events tells the two apart)
+    fake_upstream.script(reply("late", first_byte_delay=0.75, first_token_delay=1.2))
     body = {
         "model": "gpt-fake",
         "messages": history("call_big", blob(9000, "big")),
@@ -39,5 +41,5 @@ def test_the_read_ahead_answers_within_the_interval(
             waited = time.monotonic() - began
             data = resp.read()
     assert resp.status_code == 200
-    assert waited < 1.4, waited  # the interval (1 s), not the headers' 0.6 s and one more
+    assert waited < 1.35, waited  # the interval (1 s), not the headers' 0.75 s and one more
     assert data.startswith(KEEPALIVE) and _content(data) == "late"

@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,8 +64,11 @@ def test_answered_suggestions_are_not_asked_again_and_waiting_ones_come_in_turn(
     # reopened: the stream replays both events, but both are answered, so nothing is asked
     page.reload()
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
-    page.wait_for_timeout(1500)
-    assert prompt.is_hidden()
+    # a suggestion after them is asked alone: were either asked again, it would be first
+    inject(db_dsn, "recall", "memory.suggestion", {"suggestion_id": "s-next", "facts": ["C"]})
+    prompt.locator("li", has_text="C").wait_for()
+    assert prompt.locator("li").all_inner_texts() == ["C"]
+    assert "waiting" not in prompt.inner_text()
     assert page.get_by_test_id("toast").count() == 0
 
 
@@ -88,7 +92,7 @@ def test_nothing_spills_out_of_its_column_or_the_window(
     assert model and column
     assert model["x"] + model["width"] <= column["x"] + column["width"] + 1  # not under the panel
     page.set_viewport_size({"width": 390, "height": 800})
-    page.wait_for_timeout(200)
+    settled(page)  # laid out and drawn at the new width
     assert not spills_over(page)
     page.goto(f"{console.origin}/ui#/")
     page.get_by_test_id("session-row").first.wait_for()

@@ -43,13 +43,14 @@ def test_ctrl_enter_while_composing_does_not_send(
     box.fill("変換中")
     for flags in ([True, False], [False, True]):
         assert page.evaluate(_COMPOSING_CTRL_ENTER, flags) is False
-    page.wait_for_timeout(500)  # a send would have reached the upstream by now
-    assert fake_upstream.bodies() == []
     assert box.input_value() == "変換中"
-    # once composed, the same keys send
+    # once composed, the same keys send; the one message the upstream gets holds the text
+    # composed, so the keys before it sent nothing (a send of theirs, in flight or done,
+    # would be the text being composed)
+    box.fill("変換済み")
     box.press("Control+Enter")
     page.get_by_test_id("assistant-message").filter(has_text="Composed and sent.").wait_for()
-    assert fake_upstream.bodies()[-1]["messages"][-1]["content"] == "変換中"
+    assert [b["messages"][-1]["content"] for b in fake_upstream.bodies()] == ["変換済み"]
 
 
 # The session's event stream as the page reads it, held back while ``window.held`` is a list
@@ -130,7 +131,9 @@ def test_a_message_sent_before_the_last_turns_events_came_waits_for_them(
     _send(page, fake_upstream, "one", "First answer.")
     _answered(page, "First answer.")
     _send(page, fake_upstream, "two", "Second answer.")
-    page.wait_for_timeout(300)  # a send that did not wait would have reached the upstream
+    # a fixed wait: no state shows a send waiting for the last turn's events; one that did
+    # not wait would have reached the upstream by now
+    page.wait_for_timeout(300)
     assert len(fake_upstream.bodies()) == 2
     page.evaluate("release()")
     _answered(page, "Second answer.")
@@ -185,11 +188,11 @@ def test_a_turn_that_failed_mid_stream_ends_at_its_own_last_event(
     page.get_by_test_id("composer-send").click()
     page.locator("[data-testid=assistant-message][data-state=failed]").wait_for()
     _send(page, fake_upstream, "two", "Second answer.")
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(300)  # fixed: no state shows the send waiting for the events
     page.evaluate("release()")
     _answered(page, "Second answer.")
     page.get_by_test_id("message").filter(has_text="Second answer.").wait_for()
-    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    page.wait_for_timeout(300)  # fixed: the row may come from the own refresh, not after them
     assert page.evaluate("window.streamingItems") == 0
 
 
@@ -209,7 +212,7 @@ def test_the_streams_first_replay_does_not_end_a_turn_sent_meanwhile(
     _answered(page, "Fresh answer.")
     page.evaluate("release()")
     page.get_by_test_id("message").filter(has_text="Fresh answer.").wait_for()
-    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    page.wait_for_timeout(300)  # fixed: the row may come from the own refresh, not after them
     assert page.evaluate("window.streamingItems") == 0
 
 
@@ -228,5 +231,5 @@ def test_another_clients_turn_does_not_end_the_pages_own(
     _answered(page, "Own answer.")
     page.evaluate("release()")
     page.get_by_test_id("message").filter(has_text="Own answer.").wait_for()
-    page.wait_for_timeout(300)  # a delta shown in the list would be by now
+    page.wait_for_timeout(300)  # fixed: the row may come from the own refresh, not after them
     assert page.evaluate("window.streamingItems") == 0

@@ -19,6 +19,7 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import posted, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
@@ -106,7 +107,7 @@ def test_a_list_the_proxy_did_not_answer_is_said_once(
     console.page.route("**/v1/sessions?*", lambda route: route.abort())
     page = sign_in(console)
     page.locator("#list-empty").filter(has_text="Could not list the sessions").wait_for()
-    page.wait_for_timeout(300)
+    settled(page)  # a toast raised with it has its text (a frame after its box)
     said = page.evaluate(
         """() => [...document.querySelectorAll('[role=alert], [role=status], [aria-live]')]
              .filter((n) => !n.parentElement.closest('[role=alert], [role=status], [aria-live]'))

@@ -17,6 +17,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.conftest import run_sync
 from tests.integration.ui.conftest import TENANT, Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import (
     api,
     inject,
@@ -80,9 +81,12 @@ def test_a_deleted_session_is_not_polled_and_is_followed_once_started_again(
     started(console_proxy, "gone")
     with api(console_proxy) as h:
         assert h.delete("/v1/sessions/gone").status_code in (200, 204)
+    console.page.clock.install()
     page = sign_in(console, "#/s/gone")
     wait_for(lambda: len(events_requests(console, "gone")) == 1, page)
-    page.wait_for_timeout(2600)  # it asked every 2 s, for as long as the page stayed open
+    for _ in range(5):  # it asked every 2 s, for as long as the page stayed open
+        page.clock.run_for(2_000)
+        settled(page, frames=False)  # a try those 2 s armed is under way
     assert len(events_requests(console, "gone")) == 1
     meta = page.get_by_text("no session with this id")
     meta.wait_for()
@@ -345,12 +349,13 @@ def test_a_load_that_fails_after_its_view_closed_leaves_the_open_view_alone(
     page.evaluate("location.hash = '#/s/second'")
     page.get_by_test_id("message-list").get_by_text("hi").wait_for()
     page.locator("#session-meta").filter(has_text="messages").wait_for()
-    held[0].fulfill(
-        status=404,
-        content_type="application/json",
-        body='{"error": {"message": "no session", "type": "not_found"}}',
-    )
-    page.wait_for_timeout(400)
+    with page.expect_request_finished(lambda r: r.url.endswith("/v1/sessions/first")):
+        held[0].fulfill(
+            status=404,
+            content_type="application/json",
+            body='{"error": {"message": "no session", "type": "not_found"}}',
+        )
+    settled(page)  # the page has read that answer, and drawn what it made of it
     assert "no session with this id" not in page.locator("#session-meta").inner_text()
     assert page.get_by_test_id("message-list").get_by_text("hi").count() == 1
 

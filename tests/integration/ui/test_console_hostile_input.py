@@ -15,6 +15,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.compaction_stack import Model, briefing
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import api, inject, sign_in
 from tests.integration.ui.test_console_audit import spills_over
 
@@ -50,7 +51,7 @@ def test_stored_markup_is_shown_as_text(console: Page, console_proxy: ProxyServe
     bodies = page.locator(".msg .body").all_inner_texts()
     assert bodies.count(MARKUP) >= 3
     page.get_by_test_id("message").nth(3).hover()
-    page.wait_for_timeout(300)
+    settled(page)  # a handler the hover ran has run
     assert page.evaluate("window.__pwned") is None
     assert page.locator(".msg img, .msg script").count() == 0
 

@@ -17,6 +17,7 @@ from tests.fakes.replies import error
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer, write_config
 from tests.integration.ui.conftest import KEY_ENV, LIMIT, TENANT, Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import api, sign_in
 from tests.integration.ui.test_console_audit import started
 
@@ -64,6 +65,7 @@ def test_a_limited_key_is_refused_another_agents_session_once(
     _start(console_proxy, "theirs", "m")  # routes to default
     _start(console_proxy, "ours", "coder")
     page = console.page
+    page.clock.install()  # its time flows, and is run on below past the retries' pauses
     page.goto(f"{console.origin}/ui#/")
     page.get_by_test_id("login-key").fill(LIMITED)
     page.get_by_test_id("login-submit").click()
@@ -79,7 +81,9 @@ def test_a_limited_key_is_refused_another_agents_session_once(
     assert page.get_by_test_id("usage-text").inner_text() == ""
     assert page.get_by_test_id("usage-bar").locator(".seg").count() == 0
     assert page.get_by_test_id("summary").inner_text() == ""
-    page.wait_for_timeout(3500)  # a retry would have come after 1 s, then 2
+    for _ in range(8):  # a retry would have come after 1 s, then 2
+        page.clock.run_for(1_000)
+        settled(page, frames=False)  # a try that second armed is under way
     events = [u for u in console.urls if u.endswith("/v1/sessions/theirs/events")]
     assert len(events) == 1, events
     assert page.get_by_test_id("toast").filter(has_text="reconnecting").count() == 0

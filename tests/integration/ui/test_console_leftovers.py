@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration.api.conftest import ProxyServer, replied
 from tests.integration.ui.conftest import Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
@@ -143,8 +144,9 @@ def test_a_raw_output_read_stops_when_its_row_is_replaced(
         cut.wait_for(state="detached")
     _post(console_proxy, sid, _other_output(old))  # its events reload the page
     cut.locator("pre.body").filter(has_text="file 9 line 0000").wait_for()
-    held[0].continue_()
-    page.wait_for_timeout(600)
+    with page.expect_request_finished(lambda r: "/tool-outputs/" in r.url):
+        held[0].continue_()
+    settled(page)  # the page has read that page, and asked for any after it
     assert cut.get_by_test_id("raw-output").count() == 0
     assert len(asked) == (2 if replaced_by == "another result" else 1)  # no page after it
     assert page.get_by_test_id("toast").count() == 0
@@ -166,8 +168,9 @@ def test_a_raw_output_read_whose_row_was_replaced_fails_unsaid(
     cut = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
     _post(console_proxy, "refused-raw", _other_output(old))
     cut.locator("pre.body").filter(has_text="file 9 line 0000").wait_for()
-    held[0].fulfill(status=503, json={"error": {"message": "restarting"}})
-    page.wait_for_timeout(600)
+    with page.expect_request_finished(lambda r: "/tool-outputs/" in r.url):
+        held[0].fulfill(status=503, json={"error": {"message": "restarting"}})
+    settled(page)  # the page has read the refusal, and drawn any toast of it
     assert page.get_by_test_id("toast").count() == 0
     assert cut.get_by_test_id("raw-output").count() == 0
     assert cut.get_by_test_id("raw-status").inner_text() == ""  # nothing read, none reading
@@ -186,7 +189,7 @@ def test_the_handoff_toast_goes_with_its_session_view(
     toasts.filter(has_text="91%").wait_for()
     page.evaluate("(hash) => { location.hash = hash; }", leave_for)
     toasts.first.wait_for(state="detached")
-    page.wait_for_timeout(300)  # and it does not come back
+    page.wait_for_timeout(300)  # fixed: nothing later orders a toast that comes back
     assert toasts.count() == 0
 
 

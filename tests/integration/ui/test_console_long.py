@@ -214,7 +214,8 @@ def test_live_events_on_a_long_session_fetch_only_what_changed(
             burst(db_dsn, ["context.usage", "session.message.appended"] * 5)
     page.get_by_test_id("message-list").get_by_text("turn 3 answered").wait_for()
     wait_for(lambda: rows.count() == shown + 6, page)
-    page.wait_for_timeout(500)  # whatever the burst still queued
+    # a fixed wait: the loads a burst queued have no last one to wait for (a measure)
+    page.wait_for_timeout(500)
     during = (len(loads.responses) - start, loads.full(start), loads.bytes(start))
     print(
         f"\nmessage loads (requests, whole, bytes): opening {opening}, burst {during};"
@@ -238,7 +239,7 @@ def test_live_events_on_a_long_session_fetch_only_what_changed(
     mark = loads.mark()
     evict(db_dsn, pos)
     evicted.wait_for()
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(300)  # fixed: a second whole load would have no event to come after
     assert loads.full(mark) == 1
     assert rows.count() == shown + 6
 

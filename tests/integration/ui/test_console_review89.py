@@ -18,6 +18,7 @@ from tests.fakes.replies import reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import posted, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import started
 
@@ -51,8 +52,9 @@ def test_a_raw_output_read_stops_when_the_view_closes(
     page.evaluate("location.hash = '#/s/spill-b'")
     other = page.get_by_test_id("message-list").locator("[data-tool-call-id=call_1]")
     other.get_by_test_id("raw-page").wait_for()
-    held[0].continue_()
-    page.wait_for_timeout(600)
+    with page.expect_request_finished(lambda r: "/spill-a/tool-outputs/" in r.url):
+        held[0].continue_()
+    settled(page)  # the page has read that page, and asked for any after it
     assert len(asked) == 3  # no page read after the one under way
     assert other.get_by_test_id("raw-output").count() == 0
     assert page.get_by_test_id("toast").count() == 0
@@ -74,7 +76,7 @@ def test_a_load_refused_after_a_failed_one_no_longer_says_trying_again(
     page = sign_in(console, "#/s/refused")
     toasts = page.get_by_test_id("toast")
     toasts.filter(has_text="status 403").wait_for(timeout=5000)
-    page.wait_for_timeout(300)
+    settled(page)  # a toast raised with it has its text (a frame after its box)
     assert toasts.filter(has_text="trying again").count() == 0
     console.errors.clear()  # the refusals' own console lines
 
@@ -120,6 +122,8 @@ def test_a_failed_load_closed_by_the_person_is_not_said_again_at_each_try(
     said = page.get_by_test_id("toast").filter(has_text="trying again")
     said.get_by_role("button", name="Close").click()
     wait_for(lambda: len(tries) >= 2, page)  # the try a second on
+    # a fixed wait: the try's refusal is handled after the route saw it, and the next try,
+    # which would order it, comes 30 s on
     page.wait_for_timeout(200)
     assert said.count() == 0
     console.errors.clear()  # the 503s' own console lines

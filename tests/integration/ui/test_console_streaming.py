@@ -22,6 +22,7 @@ from tests.fakes.replies import Pacer, raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
+from tests.integration.ui.settle import settled
 from tests.integration.ui.test_console import inject, sign_in, wait_for
 from tests.integration.ui.test_console_audit import started
 
@@ -192,6 +193,8 @@ def test_a_reply_whose_client_left_does_not_stay_in_progress(
     assert got and len(got) < len(TEXT)  # the client left mid-reply
     live.wait_for(state="detached", timeout=5000)
     wait_for(lambda: page.get_by_test_id("message").count() == 3, page)  # nothing stored
+    # a fixed wait: nothing more comes for this turn, so no later state orders a streaming
+    # item put back against it
     page.wait_for_timeout(500)
     assert page.get_by_test_id("message-streaming").count() == 0
 
@@ -211,7 +214,7 @@ def test_a_reply_with_no_event_after_it_goes_after_a_minute_without_deltas(
     inject(db_dsn, "stale", "session.message.delta.appended", {"choice": 0, "delta": " reply"})
     live.filter(has_text="half a reply").wait_for()  # a delta starts the minute again
     page.clock.fast_forward(50_000)
-    page.wait_for_timeout(300)
+    settled(page, frames=False)  # what the 50 s ran has run
     assert live.count() == 1
     page.clock.fast_forward(11_000)
     live.wait_for(state="detached")

@@ -81,8 +81,8 @@ def test_another_keys_sign_in_shows_none_of_the_last_keys_sessions(
     rows = page.get_by_test_id("session-row")
     rows.first.wait_for()
     assert rows.first.get_attribute("data-session-id") == "first-tenants-private"
-    page.get_by_test_id("session-filter").fill("first")
-    page.wait_for_timeout(600)  # the filter's read
+    with page.expect_response(lambda r: "/v1/sessions?" in r.url and "q=first" in r.url):
+        page.get_by_test_id("session-filter").fill("first")  # the filter's read, answered
     page.locator("#forget-key").click()
     page.get_by_test_id("login-key").wait_for()
     page.route("**/v1/sessions?*", lambda route: route.abort())
@@ -163,7 +163,9 @@ def test_a_message_the_last_key_sent_is_not_sent_with_the_next_key(
     _sign_in(console, OTHER)
     page.locator("#list-empty").wait_for(state="attached")
     held[0].continue_()
-    page.wait_for_timeout(1500)  # the send, had it gone on
+    # a fixed wait: the send, had it gone on, reaches the proxy with no state of the page's
+    # to wait for (its view is closed)
+    page.wait_for_timeout(1500)
     with httpx.Client(base_url=console_proxy.origin, timeout=10) as http:
         http.headers["authorization"] = f"Bearer {OTHER}"
         assert http.get("/v1/sessions").json()["data"] == []

@@ -74,7 +74,9 @@ def test_a_message_sent_in_a_view_opened_again_waits_for_the_turn_still_running(
     page.get_by_test_id("message").nth(1).wait_for()
     page.get_by_test_id("composer-input").fill("two")
     page.get_by_test_id("composer-send").click()
-    page.wait_for_timeout(300)  # a send that did not wait has read the history by now
+    # a fixed wait: no state shows a send waiting for the turn before it; one that did not
+    # wait has read the history by now
+    page.wait_for_timeout(300)
     pacer.allow(10)
     page.locator("[data-testid=assistant-message][data-state=done]").filter(
         has_text="Second answer."

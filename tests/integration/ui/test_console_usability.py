@@ -19,6 +19,7 @@ from tests.fakes.replies import Pacer, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.conftest import ProxyServer
 from tests.integration.ui.conftest import KEY, Page
+from tests.integration.ui.settle import count_shown, settled, shown
 from tests.integration.ui.test_console import api, inject, sign_in, tool_round, wait_for
 from tests.integration.ui.test_console_audit import spills_over, started
 from tests.integration.ui.test_console_streaming import open_watching, stream_chat
@@ -78,9 +79,11 @@ def test_the_warning_of_a_lost_stream_stays_until_it_is_back(
     clock is run forward through the reconnection's pauses."""
     started(console_proxy, "away")
     down = {"on": True}
+    refused: list[str] = []
 
     def events(route: Any) -> None:
         if down["on"]:
+            refused.append(route.request.url)
             route.abort()
         else:
             route.continue_()
@@ -90,13 +93,20 @@ def test_the_warning_of_a_lost_stream_stays_until_it_is_back(
     page = sign_in(console, "#/s/away")
     lost = page.get_by_test_id("toast").filter(has_text="live updates stopped")
     lost.wait_for()
-    page.clock.run_for(40_000)  # tries at 1, 2, 4, 8, 16 s: all refused
-    page.wait_for_timeout(200)
+    count_shown(page, "lost", "[data-testid=toast]", "live updates stopped")
+
+    def tried_on() -> bool:  # a second on at a time: each try is armed once the last failed
+        page.clock.run_for(1_000)
+        return len(refused) >= 6
+
+    wait_for(tried_on, page)  # the first try and those at 1, 2, 4, 8, 16 s: all refused
+    settled(page, frames=False)  # the last refusal heard
     assert lost.count() == 1
     down["on"] = False  # the proxy is back
     page.clock.run_for(30_000)
     page.get_by_test_id("toast").filter(has_text="Live updates are back").wait_for()
     assert lost.count() == 0
+    assert shown(page, "lost") == 1  # the one warning, never said again meanwhile
 
 
 def test_a_key_no_header_can_carry_is_said_at_the_sign_in(

@@ -5,34 +5,18 @@ entry (``{password: SuperSecret, user: app}``). Each is the secret, whole."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from proxy.cascade.redaction import REDACTED, compile_patterns, redact
+from tests.unit.linear import assert_linear
 
 PATTERNS = compile_patterns(())
 
 
-def _cpu_seconds(text: str) -> float:
-    """The least CPU time of three redactions of ``text`` (CPU time: other processes on
-    the machine do not count; the least of three: nor does a stray slow run)."""
-    least = float("inf")
-    for _ in range(3):
-        start = time.process_time()
-        redact(text, PATTERNS)
-        least = min(least, time.process_time() - start)
-    return least
-
-
 def _assert_linear(head: str, unit: str, count: int, tail: str) -> None:
-    """Redacting ``count`` repeats of ``unit`` takes under 20 times what an eighth of them
-    does: linear time is 8 times (less, with the fixed cost), quadratic 64. Both are
-    measured here, so a machine slowed by its load slows both; a text read in under
-    0.05 s is fast enough however the two compare (tiny times are mostly noise)."""
-    small = _cpu_seconds(head + unit * (count // 8) + tail)
-    big = _cpu_seconds(head + unit * count + tail)
-    assert big < 0.05 or big < 20 * small, (big, small)
+    """``count`` repeats of ``unit`` between ``head`` and ``tail`` are read in linear time."""
+    assert_linear(lambda n: head + unit * n + tail, count)
 
 
 @pytest.mark.parametrize(
