@@ -316,6 +316,9 @@ async def _apply_one(
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
                 await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
+                # the server reads the migration's strings as the floor's reading does (a
+                # backslash in '...' is itself), whatever the database or the role sets
+                await conn.execute("SET LOCAL standard_conforming_strings = on")
                 # a floor never goes down: a migration breaking only releases before an older
                 # NNNN leaves the higher one a migration before it set, which still holds
                 held = await _floor(conn)
