@@ -89,18 +89,31 @@ MIGRATOR = "cascade-proxy migrations"
 waiting for its turn, is no replica serving."""
 
 _OTHERS = """
-SELECT application_name, usename FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid() AND usesysid IS NOT NULL
-  AND coalesce(backend_type, 'client backend') = 'client backend'
-  AND application_name IS DISTINCT FROM $1
-  AND (coalesce(application_name, '') = '' OR application_name LIKE $2 || '%')
-ORDER BY application_name, usename
+SELECT a.application_name, a.usename, a.pid,
+  coalesce(host(a.client_addr), 'a local socket') AS addr,
+  to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"') AS since,
+  (SELECT string_agg(DISTINCT c.relname, ', ') FROM pg_locks l JOIN pg_class c
+     ON c.oid = l.relation AND c.relkind IN ('r', 'p')
+     AND c.relnamespace = (SELECT relnamespace FROM pg_class
+                           WHERE oid = 'schema_migrations'::regclass)
+     WHERE l.pid = a.pid) AS locks
+FROM pg_stat_activity a
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.usesysid IS NOT NULL
+  AND coalesce(a.backend_type, 'client backend') = 'client backend'
+  AND a.application_name IS DISTINCT FROM $1
+  AND (coalesce(a.application_name, '') = '' OR a.application_name LIKE $2 || '%')
+ORDER BY a.application_name, a.usename, a.backend_start
 """
 """Other clients of this database that may be a replica serving it (another role's backend
 type reads as null): a running replica holds its pool's connections and its listener's, named
 :data:`~proxy.store.db.APPLICATION_NAME` (or a name beginning with it), or unnamed in a
 release before it named them. A client naming itself otherwise (``psql``, pgAdmin, a
-monitoring agent) serves no chat and is no reason to stop."""
+monitoring agent) serves no chat and is no reason to stop. An unnamed one counts idle too: an
+old replica's idle pool connection holds no lock and has no name, as a monitoring agent's,
+and nothing else tells them apart; each is named for the operator (its address, its start,
+the Cascade tables it holds a lock on), who stops it, names it, or runs ``migrate``."""
+_NAMED_AT_MOST = 5
+"""Clients the refusal names one by one (pid, address, start); the rest are counted."""
 
 
 def _seen(others: list[asyncpg.Record]) -> str:
@@ -111,6 +124,18 @@ def _seen(others: list[asyncpg.Record]) -> str:
         names[name] = names.get(name, 0) + 1
     said = ", ".join(f"{n} {name}" for name, n in names.items())
     return f"{len(others)} other connection{'s' if len(others) > 1 else ''} to it: {said}"
+
+
+def _which(others: list[asyncpg.Record]) -> str:
+    """Each client :data:`_OTHERS` counts, so the operator finds the ones that are no
+    replica: its pid, address, start and the Cascade tables it holds a lock on."""
+    each = []
+    for row in others[:_NAMED_AT_MOST]:
+        locks = f", holding a lock on {row['locks']}" if row["locks"] else ""
+        name = row["application_name"] or "unnamed"
+        each.append(f"pid {row['pid']} {name} from {row['addr']} since {row['since']}{locks}")
+    more = len(others) - len(each)
+    return "; ".join(each) + (f"; and {more} more" if more else "")
 
 
 async def _refuse_beside_older(
@@ -131,17 +156,23 @@ async def _refuse_beside_older(
         return
     if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
         return
+    which = ""
     if pooled:  # an idle client of a transaction pooler holds no server connection
         seen = "behind a transaction pooler, which hides them"
     elif others := await conn.fetch(_OTHERS, MIGRATOR, APPLICATION_NAME):
         seen = _seen(others)
+        which = (
+            f"; the clients counted: {_which(others)} (one that is no replica, a monitoring"
+            " agent or a pooler's health check, stops no `cascade-proxy migrate`, and no"
+            " serve once it names itself: application_name in its connection settings)"
+        )
     else:
         return
     raise MigrationError(
         f"migration {name} breaks the release that migrated this database (to"
         f" {beside['name']}), whose replicas may still serve its sessions ({seen}), so serve"
         " does not apply it: stop every replica of that release, run `cascade-proxy migrate`"
-        " with this one, then start it (README: Upgrading)"
+        f" with this one, then start it (README: Upgrading){which}"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -111,3 +112,61 @@ async def _psql(dsn: str) -> _Psql:
         assert asyncio.get_running_loop().time() < deadline, "psql never connected"
         await asyncio.sleep(0.05)
     return _Psql(proc, conn)
+
+
+_FLOOR = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002'"
+
+
+async def _served_at_0001(dsn: str, tree: Path) -> None:
+    """A database a release at 0001 migrated, holding a session; 0002 raises the floor."""
+    (tree / "0001_m1.sql").write_text("CREATE TABLE sessions (id text)")
+    await run_migrations(dsn, tree)
+    (tree / "0002_m2.sql").write_text(f"CREATE TABLE b (y int);\n{_FLOOR};")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("INSERT INTO sessions VALUES ('old')")
+    finally:
+        await conn.close()
+
+
+async def test_an_idle_unnamed_client_is_named_for_the_operator(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """An idle client with no name (a monitoring agent, or an old replica's idle pool
+    connection: nothing tells them apart) stops serve, and the refusal names it by pid,
+    address and start, with the way past it: ``migrate`` applies the migration beside it."""
+    await _served_at_0001(empty_db_dsn, tmp_path)
+    agent = await asyncpg.connect(empty_db_dsn)  # no application_name
+    try:
+        pid = await agent.fetchval("SELECT pg_backend_pid()")
+        with pytest.raises(MigrationError) as refused:
+            await run_migrations(empty_db_dsn, tmp_path, serving=True)
+        said = str(refused.value)
+        assert re.search(
+            rf"; the clients counted: pid {pid} unnamed from \S.* since"
+            r" \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(one that is no replica, a monitoring agent"
+            r" or a pooler's health check, stops no `cascade-proxy migrate`",
+            said,
+        ), said
+        assert "holding a lock" not in said
+        assert await run_migrations(empty_db_dsn, tmp_path) == ["0002_m2.sql"]  # migrate
+    finally:
+        await agent.close()
+
+
+async def test_an_unnamed_client_holding_a_cascade_table_is_said_to(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """An unnamed client in a transaction that read a Cascade table (an old replica's
+    request) stops serve, the refusal saying which tables it holds."""
+    await _served_at_0001(empty_db_dsn, tmp_path)
+    replica = await asyncpg.connect(empty_db_dsn)
+    try:
+        async with replica.transaction():
+            await replica.fetch("SELECT id FROM sessions")
+            with pytest.raises(
+                MigrationError, match=r"unnamed from .*, holding a lock on sessions"
+            ):
+                await run_migrations(empty_db_dsn, tmp_path, serving=True)
+    finally:
+        await replica.close()
