@@ -109,11 +109,9 @@ type reads as null): a running replica holds its pool's connections and its list
 :data:`~proxy.store.db.APPLICATION_NAME` (or a name beginning with it), or unnamed in a
 release before it named them. A client naming itself otherwise (``psql``, pgAdmin, a
 monitoring agent) serves no chat and is no reason to stop. An unnamed one counts idle too: an
-old replica's idle pool connection holds no lock and has no name, as a monitoring agent's,
-and nothing else tells them apart; each is named for the operator (its address, its start,
-the Cascade tables it holds a lock on), who stops it, names it, or runs ``migrate``."""
-_NAMED_AT_MOST = 5
-"""Clients the refusal names one by one (pid, address, start); the rest are counted."""
+old replica's idle pool connection looks like an unnamed monitoring agent's; the refusal names
+each (:func:`_which`) for the operator, who stops it, names it, or runs ``migrate``."""
+_NAMED_AT_MOST = 5  # clients the refusal names one by one; the rest are counted
 
 
 def _seen(others: list[asyncpg.Record]) -> str:
