@@ -24,12 +24,12 @@ from typing import Any
 import asyncpg
 
 from proxy.store.db import (
-    APPLICATION_NAME,
     DatabaseUnavailable,
     PoolerMismatch,
     connect,
     connection_lost,
 )
+from proxy.store.migration_clients import MIGRATOR, MigrationError, refuse_beside_older
 from proxy.store.migration_sql import FLOOR, floor_of
 from proxy.store.shipped import shipped_earlier
 
@@ -69,11 +69,6 @@ CREATE TABLE IF NOT EXISTS schema_migrations(
 """
 
 
-class MigrationError(RuntimeError):
-    """The migrations cannot be applied: none were found, an applied file changed, or a
-    migration's SQL failed (its transaction rolled back; the message names the file)."""
-
-
 def _files(directory: Path) -> list[tuple[int, str, str]]:
     out = []
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
@@ -82,96 +77,6 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     if not out:  # never report "nothing pending" against a schema that was never created
         raise MigrationError(f"no migrations found in {directory}")
     return out
-
-
-MIGRATOR = "cascade-proxy migrations"
-"""The ``application_name`` of the runner's connection: a replica starting beside this one,
-waiting for its turn, is no replica serving."""
-
-_OTHERS = """
-SELECT a.application_name, a.usename, a.pid,
-  coalesce(host(a.client_addr), 'a local socket') AS addr,
-  to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"') AS since,
-  (SELECT string_agg(DISTINCT c.relname, ', ') FROM pg_locks l JOIN pg_class c
-     ON c.oid = l.relation AND c.relkind IN ('r', 'p')
-     AND c.relnamespace = (SELECT relnamespace FROM pg_class
-                           WHERE oid = 'schema_migrations'::regclass)
-     WHERE l.pid = a.pid) AS locks
-FROM pg_stat_activity a
-WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.usesysid IS NOT NULL
-  AND coalesce(a.backend_type, 'client backend') = 'client backend'
-  AND a.application_name IS DISTINCT FROM $1
-  AND (coalesce(a.application_name, '') = '' OR a.application_name LIKE $2 || '%')
-ORDER BY a.application_name, a.usename, a.backend_start
-"""
-"""Other clients of this database that may be a replica serving it (another role's backend
-type reads as null): a running replica holds its pool's connections and its listener's, named
-:data:`~proxy.store.db.APPLICATION_NAME` (or a name beginning with it), or unnamed in a
-release before it named them. A client naming itself otherwise (``psql``, pgAdmin, a
-monitoring agent) serves no chat and is no reason to stop. An unnamed one counts idle too: an
-old replica's idle pool connection looks like an unnamed monitoring agent's; the refusal names
-each (:func:`_which`) for the operator, who stops it, names it, or runs ``migrate``."""
-_NAMED_AT_MOST = 5  # clients the refusal names one by one; the rest are counted
-
-
-def _seen(others: list[asyncpg.Record]) -> str:
-    """The clients :data:`_OTHERS` counts, for the refusal: how many, by name and role."""
-    names: dict[str, int] = {}
-    for row in others:
-        name = f"{row['application_name'] or 'unnamed'} as {row['usename']}"
-        names[name] = names.get(name, 0) + 1
-    said = ", ".join(f"{n} {name}" for name, n in names.items())
-    return f"{len(others)} other connection{'s' if len(others) > 1 else ''} to it: {said}"
-
-
-def _which(others: list[asyncpg.Record]) -> str:
-    """Each client :data:`_OTHERS` counts, so the operator finds the ones that are no
-    replica: its pid, address, start and the Cascade tables it holds a lock on."""
-    each = []
-    for row in others[:_NAMED_AT_MOST]:
-        locks = f", holding a lock on {row['locks']}" if row["locks"] else ""
-        name = row["application_name"] or "unnamed"
-        each.append(f"pid {row['pid']} {name} from {row['addr']} since {row['since']}{locks}")
-    more = len(others) - len(each)
-    return "; ".join(each) + (f"; and {more} more" if more else "")
-
-
-async def _refuse_beside_older(
-    conn: asyncpg.Connection, name: str, floor: int, beside: asyncpg.Record, pooled: bool
-) -> None:
-    """Refuse ``serve``'s start before a migration whose floor is past the release that
-    migrated this database (``beside``, the ledger's newest before this start: what this
-    start applied serves that release too), when it holds sessions and other clients are
-    connected to it: that release's replicas may still serve them, and would fail every chat
-    from the migration on. With no other client (the one replica restarted on the new
-    release, ``make run``, Compose recreating the container) or no session (a fresh
-    deployment, its replicas starting together) it is migrated as ever; ``cascade-proxy
-    migrate`` always is. Behind a transaction pooler (``pooled``) the other clients are not
-    seen, and a database holding sessions is enough."""
-    if beside["version"] >= floor:
-        return
-    if await conn.fetchval("SELECT to_regclass('sessions')") is None:
-        return
-    if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
-        return
-    which = ""
-    if pooled:  # an idle client of a transaction pooler holds no server connection
-        seen = "behind a transaction pooler, which hides them"
-    elif others := await conn.fetch(_OTHERS, MIGRATOR, APPLICATION_NAME):
-        seen = _seen(others)
-        which = (
-            f"; the clients counted: {_which(others)} (one that is no replica, a monitoring"
-            " agent or a pooler's health check, stops no `cascade-proxy migrate`, and no"
-            " serve once it names itself: application_name in its connection settings)"
-        )
-    else:
-        return
-    raise MigrationError(
-        f"migration {name} breaks the release that migrated this database (to"
-        f" {beside['name']}), whose replicas may still serve its sessions ({seen}), so serve"
-        " does not apply it: stop every replica of that release, run `cascade-proxy migrate`"
-        f" with this one, then start it (README: Upgrading){which}"
-    )
 
 
 async def _floor(conn: asyncpg.Connection) -> int | None:
@@ -229,7 +134,8 @@ async def run_migrations(
     outlives a transaction, so this works through a transaction-mode pooler too.
     ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
     ``serving``: ``serve``'s start, which stops before a migration that breaks older code on
-    a database holding sessions while other clients are connected (:func:`_refuse_beside_older`).
+    a database holding sessions while other clients are connected
+    (:func:`~proxy.store.migration_clients.refuse_beside_older`).
     """
     connect_kwargs.setdefault("server_settings", {"application_name": MIGRATOR})
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
@@ -321,7 +227,8 @@ async def _apply_one(
     that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
     back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time).
     ``beside``: on ``serve``'s start, the ledger's newest migration before it, the release
-    that may still serve the database (:func:`_refuse_beside_older`)."""
+    that may still serve the database
+    (:func:`~proxy.store.migration_clients.refuse_beside_older`)."""
     checksum = hashlib.sha256(text.encode()).hexdigest()
     first = True
     while True:
@@ -340,7 +247,7 @@ async def _apply_one(
                     return False
                 floor = floor_of(version, text)
                 if beside is not None and floor is not None:
-                    await _refuse_beside_older(conn, name, floor, beside, pooled)
+                    await refuse_beside_older(conn, name, floor, beside, pooled)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
@@ -365,7 +272,7 @@ async def _apply_one(
                 if beside is not None and after is not None and after not in (held, floor):
                     # a floor its text does not show (dynamic SQL, past one it shows): read
                     # from the ledger, the check is the same, and raising rolls it back
-                    await _refuse_beside_older(conn, name, after, beside, pooled)
+                    await refuse_beside_older(conn, name, after, beside, pooled)
                 if held is not None and (after or 0) < held:
                     said = f"'cascade: serves from {held:04d}'"
                     await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -170,3 +171,50 @@ async def test_an_unnamed_client_holding_a_cascade_table_is_said_to(
                 await run_migrations(empty_db_dsn, tmp_path, serving=True)
     finally:
         await replica.close()
+
+
+async def test_a_named_client_holding_a_cascade_table_still_stops_serve(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A name is no way past a client in a request: an old replica whose URL names its
+    connections (``application_name=blue``) holding a lock on ``sessions`` stops serve."""
+    await _served_at_0001(empty_db_dsn, tmp_path)
+    replica = await asyncpg.connect(empty_db_dsn, server_settings={"application_name": "blue"})
+    try:
+        async with replica.transaction():
+            await replica.fetch("SELECT id FROM sessions")
+            with pytest.raises(MigrationError, match=r"pid \d+ blue from .*holding a lock on"):
+                await run_migrations(empty_db_dsn, tmp_path, serving=True)
+        assert await run_migrations(empty_db_dsn, tmp_path, serving=True) == ["0002_m2.sql"]
+    finally:
+        await replica.close()
+
+
+def _as(dsn: str, role: str) -> str:
+    parts = urlsplit(dsn)
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    password = "".join(userinfo.partition(":")[1:])
+    return urlunsplit(parts._replace(netloc=f"{role}{password}@{hostport}"))
+
+
+async def test_a_client_of_another_role_is_said_to_be_hidden_not_local(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """Cascade's role, no superuser, sees no address or start of another role's client (a
+    monitoring agent's): the refusal says they are hidden, never a local socket or None."""
+    role = f"cascade_owner_{os.getpid()}"
+    admin = await asyncpg.connect(empty_db_dsn)  # unnamed, as another role
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        await admin.execute(f"ALTER SCHEMA public OWNER TO {role}")
+        owner = _as(empty_db_dsn, role)
+        await _served_at_0001(owner, tmp_path)
+        pid = await admin.fetchval("SELECT pg_backend_pid()")
+        with pytest.raises(MigrationError) as refused:
+            await run_migrations(owner, tmp_path, serving=True)
+        said = str(refused.value)
+        assert re.search(rf"pid {pid} unnamed as \w+, its address and start hidden", said), said
+        assert "None" not in said and "a local socket" not in said, said
+    finally:
+        await admin.execute(f"DROP OWNED BY {role} CASCADE; DROP ROLE IF EXISTS {role}")
+        await admin.close()
