@@ -123,14 +123,17 @@ def keeps_older(text: str) -> bool:
     return any(KEEPS_OLDER.match(t[0]) for t in _TOKEN.finditer(text) if t[0].startswith("--"))
 
 
-_STRING_READING = re.compile(r"standard_conforming_strings", re.I)
+_STRING_READING = re.compile(r"standard_conforming_strings|\bRESET\s+ALL\b", re.I)
+"""The setting by its name, or ``RESET ALL``, which sets it back to what the database or the
+role sets, as it does the runner's ``lock_timeout``."""
 
 
 def reads_strings_otherwise(text: str) -> bool:
-    """Whether the migration names ``standard_conforming_strings`` outside its own comments
-    (a ``SET``, a ``set_config``, a string or a body it runs): this reading takes a backslash
-    in ``'...'`` for itself, as the runner has the server do for the migration's transaction;
-    with the setting off, ``'\\''`` would hide from the reading SQL that the server runs."""
+    """Whether the migration names ``standard_conforming_strings`` or resets every setting,
+    outside its own comments (a ``SET``, a ``set_config``, a ``RESET ALL``, a string or a
+    body it runs): this reading takes a backslash in ``'...'`` for itself, as the runner has
+    the server do for the migration's transaction; with the setting off, ``'\\''`` would hide
+    from the reading SQL that the server runs."""
     uncommented = _TOKEN.sub(lambda t: " " if t[0].startswith(("--", "/*")) else t[0], text)
     return bool(_STRING_READING.search(uncommented))
 

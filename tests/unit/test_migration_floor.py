@@ -290,6 +290,9 @@ def test_no_migration_changes_how_strings_are_read() -> None:
         ("SELECT set_config('standard_conforming_strings', 'off', true);", True),
         ("DO $$ BEGIN EXECUTE 'SET standard_conforming_strings = off'; END $$;", True),
         ("ALTER DATABASE cascade SET standard_conforming_strings = off;", True),
+        ("RESET ALL;", True),  # back to the database's or the role's, which may be off
+        ("reset  all;", True),
+        ("-- no RESET ALL here\nCREATE TABLE t (x int);", False),
         ("-- standard_conforming_strings stays on\nCREATE TABLE t (x int);", False),
         ("/* standard_conforming_strings */ CREATE TABLE t (x int);", False),
     ],
