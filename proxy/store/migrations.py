@@ -30,7 +30,7 @@ from proxy.store.db import (
     connection_lost,
 )
 from proxy.store.migration_clients import MIGRATOR, MigrationError, refuse_beside_older
-from proxy.store.migration_sql import FLOOR, floor_of
+from proxy.store.migration_sql import FLOOR, floor_in, floor_of
 from proxy.store.shipped import shipped_earlier
 
 __all__ = [
@@ -256,8 +256,9 @@ async def _apply_one(
                 # backslash in '...' is itself), whatever the database or the role sets
                 await conn.execute("SET LOCAL standard_conforming_strings = on")
                 # a floor never goes down: a migration breaking only releases before an older
-                # NNNN leaves the higher one a migration before it set, which still holds
-                held = await _floor(conn)
+                # NNNN leaves the higher one a migration before it set, which still holds, and
+                # SQL after the floor its text sets (clearing the comment) leaves that one
+                held = max(await _floor(conn) or 0, floor_in(text) or 0) or None
                 try:
                     await conn.execute(text)
                 except asyncpg.LockNotAvailableError:

@@ -70,6 +70,31 @@ async def test_a_later_migration_setting_an_older_floor_leaves_the_higher_one(
         await run_migrations(empty_db_dsn, tree)
 
 
+@pytest.mark.parametrize(
+    "clears",
+    [
+        "COMMENT ON TABLE schema_migrations IS NULL",
+        "DO $$ BEGIN IF true THEN COMMENT ON TABLE schema_migrations IS 'x'; END IF; END $$",
+    ],
+)
+async def test_a_floor_the_text_sets_holds_whatever_the_migration_sets_after(
+    empty_db_dsn: str, tmp_path: Path, clears: str
+) -> None:
+    """The floor check passes a drop behind the floor a migration's text surely sets; SQL
+    after it clearing the ledger's comment (in a branch the reading does not evaluate, say)
+    leaves it set, or a release before it would serve the schema it broke."""
+    tree = _tree(
+        tmp_path,
+        "CREATE TABLE a (x int)",
+        "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002';"
+        f" DROP TABLE a; {clears}",
+    )
+    await run_migrations(empty_db_dsn, tree)
+    (tree / "0002_m2.sql").unlink()
+    with pytest.raises(MigrationError, match="with migration 0002 or later"):
+        await run_migrations(empty_db_dsn, tree)
+
+
 async def test_a_newer_schema_without_a_floor_past_the_release_only_warns(
     empty_db_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
