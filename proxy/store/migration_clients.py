@@ -43,7 +43,7 @@ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.usesysi
   AND coalesce(a.backend_type, 'client backend') = 'client backend'
   AND a.application_name IS DISTINCT FROM $1
   AND (coalesce(a.application_name, '') = '' OR a.application_name LIKE $2 || '%'
-       OR held.locks IS NOT NULL)
+       OR a.application_name = $3 OR held.locks IS NOT NULL)
 ORDER BY a.application_name, a.usename, a.backend_start
 """
 """Other clients of this database that may be a replica serving it (module docstring; another
@@ -82,7 +82,11 @@ def _which(others: list[asyncpg.Record]) -> str:
 
 
 async def refuse_beside_older(
-    conn: asyncpg.Connection, name: str, floor: int, beside: asyncpg.Record, pooled: bool
+    conn: asyncpg.Connection,
+    name: str,
+    floor: int,
+    beside: asyncpg.Record,
+    replicas: str | None,
 ) -> None:
     """Refuse ``serve``'s start before a migration whose floor is past the release that
     migrated this database (``beside``, the ledger's newest before this start: what this
@@ -91,8 +95,10 @@ async def refuse_beside_older(
     from the migration on. With no other client (the one replica restarted on the new
     release, ``make run``, Compose recreating the container) or no session (a fresh
     deployment, its replicas starting together) it is migrated as ever; ``cascade-proxy
-    migrate`` always is. Behind a transaction pooler (``pooled``) the other clients are not
-    seen, and a database holding sessions is enough."""
+    migrate`` always is. ``replicas``: the name this deployment's replicas give their
+    connections (the database URL's, or :data:`~proxy.store.db.APPLICATION_NAME`); None
+    behind a transaction pooler, where the other clients are not seen, and a database
+    holding sessions is enough."""
     if beside["version"] >= floor:
         return
     if await conn.fetchval("SELECT to_regclass('sessions')") is None:
@@ -100,9 +106,9 @@ async def refuse_beside_older(
     if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
         return
     which = ""
-    if pooled:  # an idle client of a transaction pooler holds no server connection
+    if replicas is None:  # an idle client of a transaction pooler holds no server connection
         seen = "behind a transaction pooler, which hides them"
-    elif others := await conn.fetch(_OTHERS, MIGRATOR, APPLICATION_NAME):
+    elif others := await conn.fetch(_OTHERS, MIGRATOR, APPLICATION_NAME, replicas):
         seen = _seen(others)
         which = (
             f"; the clients counted: {_which(others)} (one that is no replica, a monitoring"

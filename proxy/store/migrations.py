@@ -29,6 +29,7 @@ from proxy.store.db import (
     connect,
     connection_lost,
 )
+from proxy.store.db_connect import replicas_named
 from proxy.store.migration_clients import MIGRATOR, MigrationError, refuse_beside_older
 from proxy.store.migration_sql import FLOOR, floor_in, floor_of
 from proxy.store.shipped import shipped_earlier
@@ -139,9 +140,11 @@ async def run_migrations(
     """
     connect_kwargs.setdefault("server_settings", {"application_name": MIGRATOR})
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
-    # pooler_kwargs turns the statement cache off behind a transaction pooler
+    # pooler_kwargs turns the statement cache off behind a transaction pooler, which hides
+    # the replicas' connections; else they are named as the URL names them (or not at all)
     pooled = connect_kwargs.get("statement_cache_size") == 0
-    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving, pooled))
+    replicas = None if pooled else replicas_named(dsn)
+    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving, replicas))
     try:
         return await asyncio.shield(applying)
     except asyncio.CancelledError:
@@ -169,7 +172,11 @@ async def _take_turn(conn: asyncpg.Connection) -> None:
 
 
 async def _apply(
-    conn: asyncpg.Connection, directory: Path | None, setting: str, serving: bool, pooled: bool
+    conn: asyncpg.Connection,
+    directory: Path | None,
+    setting: str,
+    serving: bool,
+    replicas: str | None,
 ) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
@@ -184,7 +191,7 @@ async def _apply(
                 )
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
-            if await _apply_one(conn, version, name, text, setting, beside, pooled):
+            if await _apply_one(conn, version, name, text, setting, beside, replicas):
                 applied.append(name)
         await _check_newer(conn, files[-1][0], files[-1][1])
     except asyncpg.PostgresError as exc:
@@ -221,7 +228,7 @@ async def _apply_one(
     text: str,
     setting: str,
     beside: asyncpg.Record | None,
-    pooled: bool,
+    replicas: str | None,
 ) -> bool:
     """Apply one migration unless the ledger has it; whether it was applied here. A statement
     that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
@@ -247,7 +254,7 @@ async def _apply_one(
                     return False
                 floor = floor_of(version, text)
                 if beside is not None and floor is not None:
-                    await refuse_beside_older(conn, name, floor, beside, pooled)
+                    await refuse_beside_older(conn, name, floor, beside, replicas)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
@@ -273,7 +280,7 @@ async def _apply_one(
                 if beside is not None and after is not None and after not in (held, floor):
                     # a floor its text does not show (dynamic SQL, past one it shows): read
                     # from the ledger, the check is the same, and raising rolls it back
-                    await refuse_beside_older(conn, name, after, beside, pooled)
+                    await refuse_beside_older(conn, name, after, beside, replicas)
                 if held is not None and (after or 0) < held:
                     said = f"'cascade: serves from {held:04d}'"
                     await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")

@@ -218,3 +218,25 @@ async def test_a_client_of_another_role_is_said_to_be_hidden_not_local(
     finally:
         await admin.execute(f"DROP OWNED BY {role} CASCADE; DROP ROLE IF EXISTS {role}")
         await admin.close()
+
+
+@pytest.mark.parametrize("names", ["application_name=blue", "options=-c%20application_name%3Dblue"])
+async def test_a_url_naming_the_replicas_still_counts_an_idle_old_one(
+    empty_db_dsn: str, tmp_path: Path, names: str
+) -> None:
+    """A deployment whose database URL names its connections (``blue``) is not past the check
+    for good: serve with that URL counts an idle client so named (an old replica of the same
+    deployment, same URL), and still no ``psql``."""
+    await _served_at_0001(empty_db_dsn, tmp_path)
+    dsn = empty_db_dsn + ("&" if "?" in empty_db_dsn else "?") + names
+    psql = await _psql(empty_db_dsn)
+    old = await connect(dsn)  # as an old replica's pool names its connection
+    try:
+        with pytest.raises(MigrationError, match=r"\(1 other connection to it: 1 blue as "):
+            await run_migrations(dsn, tmp_path, serving=True)
+    finally:
+        await old.close()
+    try:
+        assert await run_migrations(dsn, tmp_path, serving=True) == ["0002_m2.sql"]
+    finally:
+        await psql.close()
