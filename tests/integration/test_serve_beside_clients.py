@@ -159,16 +159,18 @@ async def test_an_unnamed_client_holding_a_cascade_table_is_said_to(
     empty_db_dsn: str, tmp_path: Path
 ) -> None:
     """An unnamed client in a transaction that read a Cascade table (an old replica's
-    request) stops serve, the refusal saying which tables it holds."""
+    request) stops serve, the refusal saying which tables it holds, never its query's text
+    (``pg_stat_activity.query``, which may hold a secret)."""
     await _served_at_0001(empty_db_dsn, tmp_path)
     replica = await asyncpg.connect(empty_db_dsn)
     try:
         async with replica.transaction():
-            await replica.fetch("SELECT id FROM sessions")
+            await replica.fetch("SELECT id, 'sk-r116-secret' FROM sessions")
             with pytest.raises(
                 MigrationError, match=r"unnamed from .*, holding a lock on sessions"
-            ):
+            ) as refused:
                 await run_migrations(empty_db_dsn, tmp_path, serving=True)
+            assert "sk-r116" not in str(refused.value)
     finally:
         await replica.close()
 
