@@ -4,6 +4,7 @@ connect raised as the refusal an operator can act on, naming the setting the URL
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from types import TracebackType
 from typing import Any
@@ -13,7 +14,7 @@ import asyncpg
 from proxy.store.db_errors import DatabaseUnavailable, TlsRefused, UnreadableUrl
 from proxy.store.dsn import redact_dsn
 
-__all__ = ["APPLICATION_NAME", "named", "connect"]
+__all__ = ["APPLICATION_NAME", "connect", "named", "replicas_named"]
 
 
 APPLICATION_NAME = "cascade-proxy"
@@ -22,19 +23,36 @@ APPLICATION_NAME = "cascade-proxy"
 ``pg_stat_activity`` from a ``psql``'s (README: Upgrading)."""
 
 
+_OPTION = re.compile(r"(?:-c\s*|--)application_name=(\S*)")
+
+
+def _query(dsn: str | None) -> dict[str, list[str]]:
+    try:
+        return urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
+    except ValueError:  # a URL asyncpg refuses, in words of its own
+        return {}
+
+
 def named(dsn: str | None, settings: dict[str, str] | None = None) -> dict[str, str]:
     """``settings`` (a connection's ``server_settings``) with :data:`APPLICATION_NAME`, unless
     they or the URL name the connection (``application_name``, or ``options``' ``-c``): the
     operator's name is kept, as PostgreSQL would let ours override it."""
-    try:
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn or "").query, True)
-    except ValueError:  # a URL asyncpg refuses, in words of its own
-        query = {}
+    query = _query(dsn)
     if "application_name" in query or any(
         "application_name" in o for o in query.get("options", [])
     ):
         return settings or {}
     return {"application_name": APPLICATION_NAME} | (settings or {})
+
+
+def replicas_named(dsn: str | None) -> str:
+    """The ``application_name`` of the pool's connections a replica serving with ``dsn``
+    opens: the URL's own, else :data:`APPLICATION_NAME`. An old replica of a deployment whose
+    URL names them is seen by it (README: Upgrading)."""
+    query = _query(dsn)
+    said = query.get("application_name", [])
+    said += [m[1] for o in query.get("options", []) for m in _OPTION.finditer(o)]
+    return said[-1] if said else APPLICATION_NAME
 
 
 async def connect(

@@ -16,7 +16,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FLOOR", "KEEPS_OLDER", "floor_in", "floor_of", "keeps_older", "statements"]
+__all__ = [
+    "FLOOR",
+    "KEEPS_OLDER",
+    "floor_in",
+    "floor_of",
+    "keeps_older",
+    "reads_strings_otherwise",
+    "statements",
+]
 
 _TOKEN = re.compile(
     r"--[^\n]*|/\*.*?\*/|(?<![\w$])[Ee]'(?:[^'\\]|\\.|'')*'|'(?:[^']|'')*'"
@@ -39,6 +47,14 @@ _SETS_FLOOR = re.compile(
     re.I,
 )
 
+_CONTROL = re.compile(
+    r"\b(?:IF\b(?!\s+(?:NOT\s+)?EXISTS\b)|ELSIF|ELSEIF|CASE|LOOP|WHILE|FOR|FOREACH|EXIT"
+    r"|CONTINUE|RETURN|EXCEPTION)\b",
+    re.I,
+)
+"""PL/pgSQL's control flow in a ``DO`` block: a branch, a loop, a ``RETURN`` or a handler
+(which rolls back what its block did) may skip a statement, as the data says at run time."""
+
 KEEPS_OLDER = re.compile(r"--[ \t]*cascade:[ \t]*keeps older code working:[ \t]*\S")
 """The marker comment (``-- cascade: keeps older code working: <why>``) by which a migration
 says that what a reading of its SQL cannot judge keeps every older release working: dynamic
@@ -46,9 +62,11 @@ SQL it cannot read, a ``SET NOT NULL``, a function replaced under its own name. 
 excuses a drop, a rename or a column's new type, which need a floor."""
 
 
-def statements(text: str) -> str:
+def statements(text: str, *, surely: bool = False) -> str:
     """``text`` as it runs now (module docstring): a string that ``EXECUTE`` runs as written
-    (``'...'`` or dollar-quoted) is unquoted and read in place of the ``EXECUTE``."""
+    (``'...'`` or dollar-quoted) is unquoted and read in place of the ``EXECUTE``.
+    ``surely``: only what surely runs, a ``DO`` block with control flow (:data:`_CONTROL`)
+    left out, since no reading evaluates it."""
     out: list[str] = []
     statement = 0  # where in ``out`` the statement being read begins
     pos = 0
@@ -65,14 +83,20 @@ def statements(text: str) -> str:
             out.append("''")
         elif executed:
             out[-1] = _EXECUTE.sub(" ", out[-1])
-            out.append(statements(_unquoted(token)))
+            out.append(statements(_unquoted(token), surely=surely))
         elif token[1] is not None:  # a DO block's body runs now; another string does not
-            ran = _DO.match("".join(out[statement:]))
-            out.append(statements(token[2]) if ran else "''")
+            ran = bool(_DO.match("".join(out[statement:])))
+            ran = ran and not (surely and _CONTROL.search(_code(token[2])))
+            out.append(statements(token[2], surely=surely) if ran else "''")
         else:
             out.append(token[0])
     out.append(text[pos:])
     return "".join(out)
+
+
+def _code(text: str) -> str:
+    """``text`` without its comments and strings: its words."""
+    return _TOKEN.sub(lambda t: t[0] if t[0] == ";" else " ", text)
 
 
 def _unquoted(token: re.Match[str]) -> str:
@@ -85,9 +109,11 @@ def _unquoted(token: re.Match[str]) -> str:
 
 
 def floor_in(text: str) -> int | None:
-    """The floor a migration's ``COMMENT ON TABLE schema_migrations`` sets as it runs (the
-    highest, if it sets more than one), or None."""
-    found = [int(m[1]) for m in _SETS_FLOOR.finditer(statements(text))]
+    """The floor a migration's ``COMMENT ON TABLE schema_migrations`` surely sets as it runs
+    (the highest, if it sets more than one), or None. One in a ``DO`` block's control flow
+    may not run: the runner reads it from the ledger once the migration ran, and it is no
+    floor for a drop (``test_migration_floor.py``)."""
+    found = [int(m[1]) for m in _SETS_FLOOR.finditer(statements(text, surely=True))]
     return max(found) if found else None
 
 
@@ -95,6 +121,21 @@ def keeps_older(text: str) -> bool:
     """Whether the migration carries the :data:`KEEPS_OLDER` marker: a ``--`` comment of its
     own, not one quoted in a string or in a body it runs or creates."""
     return any(KEEPS_OLDER.match(t[0]) for t in _TOKEN.finditer(text) if t[0].startswith("--"))
+
+
+_STRING_READING = re.compile(r"standard_conforming_strings|\bRESET\s+ALL\b", re.I)
+"""The setting by its name, or ``RESET ALL``, which sets it back to what the database or the
+role sets, as it does the runner's ``lock_timeout``."""
+
+
+def reads_strings_otherwise(text: str) -> bool:
+    """Whether the migration names ``standard_conforming_strings`` or resets every setting,
+    outside its own comments (a ``SET``, a ``set_config``, a ``RESET ALL``, a string or a
+    body it runs): this reading takes a backslash in ``'...'`` for itself, as the runner has
+    the server do for the migration's transaction; with the setting off, ``'\\''`` would hide
+    from the reading SQL that the server runs."""
+    uncommented = _TOKEN.sub(lambda t: " " if t[0].startswith(("--", "/*")) else t[0], text)
+    return bool(_STRING_READING.search(uncommented))
 
 
 FLOOR = re.compile(r"cascade: serves from (\d{4})")

@@ -24,13 +24,14 @@ from typing import Any
 import asyncpg
 
 from proxy.store.db import (
-    APPLICATION_NAME,
     DatabaseUnavailable,
     PoolerMismatch,
     connect,
     connection_lost,
 )
-from proxy.store.migration_sql import FLOOR, floor_of
+from proxy.store.db_connect import replicas_named
+from proxy.store.migration_clients import MIGRATOR, MigrationError, refuse_beside_older
+from proxy.store.migration_sql import FLOOR, floor_in, floor_of
 from proxy.store.shipped import shipped_earlier
 
 __all__ = [
@@ -69,11 +70,6 @@ CREATE TABLE IF NOT EXISTS schema_migrations(
 """
 
 
-class MigrationError(RuntimeError):
-    """The migrations cannot be applied: none were found, an applied file changed, or a
-    migration's SQL failed (its transaction rolled back; the message names the file)."""
-
-
 def _files(directory: Path) -> list[tuple[int, str, str]]:
     out = []
     for path in sorted(directory.glob("[0-9][0-9][0-9][0-9]_*.sql")):
@@ -82,67 +78,6 @@ def _files(directory: Path) -> list[tuple[int, str, str]]:
     if not out:  # never report "nothing pending" against a schema that was never created
         raise MigrationError(f"no migrations found in {directory}")
     return out
-
-
-MIGRATOR = "cascade-proxy migrations"
-"""The ``application_name`` of the runner's connection: a replica starting beside this one,
-waiting for its turn, is no replica serving."""
-
-_OTHERS = """
-SELECT application_name, usename FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid() AND usesysid IS NOT NULL
-  AND coalesce(backend_type, 'client backend') = 'client backend'
-  AND application_name IS DISTINCT FROM $1
-  AND (coalesce(application_name, '') = '' OR application_name LIKE $2 || '%')
-ORDER BY application_name, usename
-"""
-"""Other clients of this database that may be a replica serving it (another role's backend
-type reads as null): a running replica holds its pool's connections and its listener's, named
-:data:`~proxy.store.db.APPLICATION_NAME` (or a name beginning with it), or unnamed in a
-release before it named them. A client naming itself otherwise (``psql``, pgAdmin, a
-monitoring agent) serves no chat and is no reason to stop."""
-
-
-def _seen(others: list[asyncpg.Record]) -> str:
-    """The clients :data:`_OTHERS` counts, for the refusal: how many, by name and role."""
-    names: dict[str, int] = {}
-    for row in others:
-        name = f"{row['application_name'] or 'unnamed'} as {row['usename']}"
-        names[name] = names.get(name, 0) + 1
-    said = ", ".join(f"{n} {name}" for name, n in names.items())
-    return f"{len(others)} other connection{'s' if len(others) > 1 else ''} to it: {said}"
-
-
-async def _refuse_beside_older(
-    conn: asyncpg.Connection, name: str, floor: int, beside: asyncpg.Record, pooled: bool
-) -> None:
-    """Refuse ``serve``'s start before a migration whose floor is past the release that
-    migrated this database (``beside``, the ledger's newest before this start: what this
-    start applied serves that release too), when it holds sessions and other clients are
-    connected to it: that release's replicas may still serve them, and would fail every chat
-    from the migration on. With no other client (the one replica restarted on the new
-    release, ``make run``, Compose recreating the container) or no session (a fresh
-    deployment, its replicas starting together) it is migrated as ever; ``cascade-proxy
-    migrate`` always is. Behind a transaction pooler (``pooled``) the other clients are not
-    seen, and a database holding sessions is enough."""
-    if beside["version"] >= floor:
-        return
-    if await conn.fetchval("SELECT to_regclass('sessions')") is None:
-        return
-    if not await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sessions)"):
-        return
-    if pooled:  # an idle client of a transaction pooler holds no server connection
-        seen = "behind a transaction pooler, which hides them"
-    elif others := await conn.fetch(_OTHERS, MIGRATOR, APPLICATION_NAME):
-        seen = _seen(others)
-    else:
-        return
-    raise MigrationError(
-        f"migration {name} breaks the release that migrated this database (to"
-        f" {beside['name']}), whose replicas may still serve its sessions ({seen}), so serve"
-        " does not apply it: stop every replica of that release, run `cascade-proxy migrate`"
-        " with this one, then start it (README: Upgrading)"
-    )
 
 
 async def _floor(conn: asyncpg.Connection) -> int | None:
@@ -200,13 +135,16 @@ async def run_migrations(
     outlives a transaction, so this works through a transaction-mode pooler too.
     ``setting`` names where ``dsn`` came from, for a refusal (unreachable, or a pooler).
     ``serving``: ``serve``'s start, which stops before a migration that breaks older code on
-    a database holding sessions while other clients are connected (:func:`_refuse_beside_older`).
+    a database holding sessions while other clients are connected
+    (:func:`~proxy.store.migration_clients.refuse_beside_older`).
     """
     connect_kwargs.setdefault("server_settings", {"application_name": MIGRATOR})
     conn = await connect(dsn, setting=setting, **connect_kwargs)  # pooler_kwargs: behind a pooler
-    # pooler_kwargs turns the statement cache off behind a transaction pooler
+    # pooler_kwargs turns the statement cache off behind a transaction pooler, which hides
+    # the replicas' connections; else they are named as the URL names them (or not at all)
     pooled = connect_kwargs.get("statement_cache_size") == 0
-    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving, pooled))
+    replicas = None if pooled else replicas_named(dsn)
+    applying = asyncio.ensure_future(_apply(conn, directory, setting, serving, replicas))
     try:
         return await asyncio.shield(applying)
     except asyncio.CancelledError:
@@ -234,7 +172,11 @@ async def _take_turn(conn: asyncpg.Connection) -> None:
 
 
 async def _apply(
-    conn: asyncpg.Connection, directory: Path | None, setting: str, serving: bool, pooled: bool
+    conn: asyncpg.Connection,
+    directory: Path | None,
+    setting: str,
+    serving: bool,
+    replicas: str | None,
 ) -> list[str]:
     """The migrations :func:`run_migrations` applies, on its connection."""
     applied: list[str] = []
@@ -249,7 +191,7 @@ async def _apply(
                 )
         files = _files(directory or MIGRATIONS_DIR)
         for version, name, text in files:
-            if await _apply_one(conn, version, name, text, setting, beside, pooled):
+            if await _apply_one(conn, version, name, text, setting, beside, replicas):
                 applied.append(name)
         await _check_newer(conn, files[-1][0], files[-1][1])
     except asyncpg.PostgresError as exc:
@@ -286,13 +228,14 @@ async def _apply_one(
     text: str,
     setting: str,
     beside: asyncpg.Record | None,
-    pooled: bool,
+    replicas: str | None,
 ) -> bool:
     """Apply one migration unless the ledger has it; whether it was applied here. A statement
     that waits longer than :data:`LOCK_WAIT_SECONDS` for a table's lock rolls the migration
     back, and it is tried again after :data:`LOCK_RETRY_SECONDS` (a warning the first time).
     ``beside``: on ``serve``'s start, the ledger's newest migration before it, the release
-    that may still serve the database (:func:`_refuse_beside_older`)."""
+    that may still serve the database
+    (:func:`~proxy.store.migration_clients.refuse_beside_older`)."""
     checksum = hashlib.sha256(text.encode()).hexdigest()
     first = True
     while True:
@@ -311,14 +254,18 @@ async def _apply_one(
                     return False
                 floor = floor_of(version, text)
                 if beside is not None and floor is not None:
-                    await _refuse_beside_older(conn, name, floor, beside, pooled)
+                    await refuse_beside_older(conn, name, floor, beside, replicas)
                 # After the advisory lock: waiting for another replica's migration is no
                 # table lock that requests queue behind.
                 wait_ms = max(1, round(LOCK_WAIT_SECONDS * 1000))
                 await conn.execute(f"SET LOCAL lock_timeout = {wait_ms}")
+                # the server reads the migration's strings as the floor's reading does (a
+                # backslash in '...' is itself), whatever the database or the role sets
+                await conn.execute("SET LOCAL standard_conforming_strings = on")
                 # a floor never goes down: a migration breaking only releases before an older
-                # NNNN leaves the higher one a migration before it set, which still holds
-                held = await _floor(conn)
+                # NNNN leaves the higher one a migration before it set, which still holds, and
+                # SQL after the floor its text sets (clearing the comment) leaves that one
+                held = max(await _floor(conn) or 0, floor_in(text) or 0) or None
                 try:
                     await conn.execute(text)
                 except asyncpg.LockNotAvailableError:
@@ -333,7 +280,7 @@ async def _apply_one(
                 if beside is not None and after is not None and after not in (held, floor):
                     # a floor its text does not show (dynamic SQL, past one it shows): read
                     # from the ledger, the check is the same, and raising rolls it back
-                    await _refuse_beside_older(conn, name, after, beside, pooled)
+                    await refuse_beside_older(conn, name, after, beside, replicas)
                 if held is not None and (after or 0) < held:
                     said = f"'cascade: serves from {held:04d}'"
                     await conn.execute(f"COMMENT ON TABLE schema_migrations IS {said}")

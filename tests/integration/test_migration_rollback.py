@@ -70,6 +70,31 @@ async def test_a_later_migration_setting_an_older_floor_leaves_the_higher_one(
         await run_migrations(empty_db_dsn, tree)
 
 
+@pytest.mark.parametrize(
+    "clears",
+    [
+        "COMMENT ON TABLE schema_migrations IS NULL",
+        "DO $$ BEGIN IF true THEN COMMENT ON TABLE schema_migrations IS 'x'; END IF; END $$",
+    ],
+)
+async def test_a_floor_the_text_sets_holds_whatever_the_migration_sets_after(
+    empty_db_dsn: str, tmp_path: Path, clears: str
+) -> None:
+    """The floor check passes a drop behind the floor a migration's text surely sets; SQL
+    after it clearing the ledger's comment (in a branch the reading does not evaluate, say)
+    leaves it set, or a release before it would serve the schema it broke."""
+    tree = _tree(
+        tmp_path,
+        "CREATE TABLE a (x int)",
+        "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002';"
+        f" DROP TABLE a; {clears}",
+    )
+    await run_migrations(empty_db_dsn, tree)
+    (tree / "0002_m2.sql").unlink()
+    with pytest.raises(MigrationError, match="with migration 0002 or later"):
+        await run_migrations(empty_db_dsn, tree)
+
+
 async def test_a_newer_schema_without_a_floor_past_the_release_only_warns(
     empty_db_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -188,25 +213,37 @@ async def test_serve_stops_before_a_migration_that_raises_the_floor(
         await old_replica.close()
 
 
+_BUILT = (
+    "DO $$ BEGIN EXECUTE format('COMMENT ON TABLE schema_migrations IS %L',"
+    " 'cascade: serves from ' || '0002'); END $$;"
+)
+_BRANCHED = (
+    "DO $$ BEGIN IF {} THEN COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0002';"
+    " END IF; END $$;"
+)
+
+
 @pytest.mark.parametrize(
-    "seen", ["", "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0001';\n"]
+    ("seen", "sets"),
+    [
+        ("", _BUILT),
+        ("COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0001';\n", _BUILT),
+        ("", _BRANCHED.format("(SELECT count(*) FROM sessions) > 0")),
+    ],
 )
 async def test_a_floor_only_the_database_shows_stops_serve_too(
-    empty_db_dsn: str, tmp_path: Path, seen: str
+    empty_db_dsn: str, tmp_path: Path, seen: str, sets: str
 ) -> None:
-    """A migration that sets the floor by SQL it builds (which no reading of its text sees)
-    is read from the ledger once it ran, whether or not its text sets a lower one: ``serve``
-    beside an unnamed client rolls it back and refuses the same way, and the floor is not
-    left set."""
+    """A migration that sets the floor by SQL it builds, or in a branch of a ``DO`` block
+    (which no reading of its text sees or evaluates), is read from the ledger once it ran,
+    whether or not its text sets a lower one: ``serve`` beside an unnamed client rolls it
+    back and refuses the same way, and the floor is not left set."""
     (tmp_path / "0001_m1.sql").write_text("CREATE TABLE sessions (id text)")
     await run_migrations(empty_db_dsn, tmp_path)
     conn = await asyncpg.connect(empty_db_dsn)  # an old replica, unnamed
     try:
         await conn.execute("INSERT INTO sessions VALUES ('old')")
-        (tmp_path / "0002_m2.sql").write_text(
-            seen + "CREATE TABLE b (y int);\nDO $$ BEGIN EXECUTE format('COMMENT ON TABLE"
-            " schema_migrations IS %L', 'cascade: serves from ' || '0002'); END $$;"
-        )
+        (tmp_path / "0002_m2.sql").write_text(f"{seen}CREATE TABLE b (y int);\n{sets}")
         with pytest.raises(MigrationError, match=r"^migration 0002_m2\.sql breaks .*\(to 0001"):
             await run_migrations(empty_db_dsn, tmp_path, serving=True)
         assert await conn.fetchval("SELECT to_regclass('b')") is None
@@ -215,6 +252,24 @@ async def test_a_floor_only_the_database_shows_stops_serve_too(
     finally:
         await conn.close()
     assert await run_migrations(empty_db_dsn, tmp_path, serving=True) == ["0002_m2.sql"]
+
+
+async def test_a_floor_in_a_branch_that_does_not_run_sets_none(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """The floor is what the migration ran: one in a branch not taken is no floor, so serve
+    applies the migration beside an unnamed client and the ledger says nothing."""
+    (tmp_path / "0001_m1.sql").write_text("CREATE TABLE sessions (id text)")
+    await run_migrations(empty_db_dsn, tmp_path)
+    conn = await asyncpg.connect(empty_db_dsn)  # an old replica, unnamed
+    try:
+        await conn.execute("INSERT INTO sessions VALUES ('old')")
+        (tmp_path / "0002_m2.sql").write_text(_BRANCHED.format("false"))
+        assert await run_migrations(empty_db_dsn, tmp_path, serving=True) == ["0002_m2.sql"]
+        comment = "SELECT obj_description('schema_migrations'::regclass, 'pg_class')"
+        assert await conn.fetchval(comment) is None
+    finally:
+        await conn.close()
 
 
 async def test_replicas_starting_together_apply_each_migration_once(empty_db_dsn: str) -> None:

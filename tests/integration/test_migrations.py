@@ -300,3 +300,22 @@ async def test_a_database_a_newer_release_migrated_is_named_in_one_warning(
     (tmp_path / "0003_c.sql").write_text("CREATE TABLE c (z int);")
     assert await run_migrations(empty_db_dsn, tmp_path) == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_the_runner_reads_strings_as_the_floor_check_does(
+    empty_db_dsn: str, tmp_path: Path
+) -> None:
+    """A database (or a role) with ``standard_conforming_strings`` off would read ``'a\\';
+    -- '`` as one string and run the ``DROP`` the floor check (``test_migration_floor.py``)
+    takes for part of a comment; the runner sets it on for each migration's transaction, so
+    the server reads it as the check does."""
+    conn = await asyncpg.connect(empty_db_dsn)
+    try:
+        name = await conn.fetchval("SELECT current_database()")
+        await conn.execute(f'ALTER DATABASE "{name}" SET standard_conforming_strings = off')
+        (tmp_path / "0001_keep.sql").write_text("CREATE TABLE keep (x int);")
+        (tmp_path / "0002_note.sql").write_text("SELECT 'a\\'; -- '; DROP TABLE keep;")
+        assert await run_migrations(empty_db_dsn, tmp_path) == ["0001_keep.sql", "0002_note.sql"]
+        assert await conn.fetchval("SELECT to_regclass('keep')") is not None
+    finally:
+        await conn.close()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from proxy.store.migration_sql import keeps_older, statements
+from proxy.store.migration_sql import keeps_older, reads_strings_otherwise, statements
 from proxy.store.migrations import MIGRATIONS_DIR, floor_of
 
 _OBJECT = (
@@ -228,9 +228,81 @@ _SAYS = "COMMENT ON TABLE schema_migrations IS 'cascade: serves from 0028'"
         (f"SELECT $${_SAYS}$$;", None),  # a string, not run
         (f"INSERT INTO notes VALUES ($q${_SAYS}$q$);", None),
         (f"DO LANGUAGE plpgsql $$ BEGIN {_SAYS}; END $$;", 28),
+        (f"DO $$ BEGIN DROP TABLE IF EXISTS t2; {_SAYS}; END $$;", 28),
+        # a floor in a branch, a loop or a handler runs or not as the data says: no reading
+        (f"DO $$ BEGIN IF false THEN {_SAYS}; END IF; END $$;", None),
+        (f"DO $$ BEGIN IF true THEN NULL; ELSE {_SAYS}; END IF; END $$;", None),
+        (
+            "DO $$ BEGIN IF false THEN EXECUTE '" + _SAYS.replace("'", "''") + "'; END IF; END $$;",
+            None,
+        ),
+        (f"DO $$ BEGIN CASE WHEN false THEN {_SAYS}; ELSE NULL; END CASE; END $$;", None),
+        (f"DO $$ BEGIN FOR i IN 1..0 LOOP {_SAYS}; END LOOP; END $$;", None),
+        (f"DO $$ BEGIN RETURN; {_SAYS}; END $$;", None),
+        (f"DO $$ BEGIN {_SAYS}; PERFORM 1/0; EXCEPTION WHEN others THEN NULL; END $$;", None),
+        (
+            f"DO $o$ BEGIN EXECUTE $i$ DO $$ BEGIN IF false THEN {_SAYS}; END IF; END $$ $i$;"
+            " END $o$;",
+            None,
+        ),
     ],
 )
 def test_the_floor_is_what_the_migration_runs(sql: str, floor: int | None) -> None:
     """A ``COMMENT`` quoted in a comment, commented out, or in a function's body sets no
-    floor; one a ``DO`` block executes does."""
+    floor; one a ``DO`` block executes does, unless the block's control flow (a branch, a
+    loop, a ``RETURN``, a handler rolling it back) may skip it: the runner reads that one
+    from the ledger once the migration ran."""
     assert floor_of(41, "CREATE TABLE t (x int);\n" + sql) == floor
+
+
+@pytest.mark.parametrize(
+    "floor",
+    [
+        f"DO $$ BEGIN IF false THEN {_SAYS}; END IF; END $$;",
+        f"DO $$ BEGIN IF current_setting('x.y', true) = 'z' THEN {_SAYS}; END IF; END $$;",
+    ],
+)
+def test_a_drop_behind_a_conditional_floor_fails_the_check(floor: str) -> None:
+    """A floor that may not run is no floor the check accepts for a drop."""
+    sql = f"{floor}\nDROP TABLE memory;"
+    assert _BREAKS.search(statements(sql))
+    assert floor_of(41, sql) is None
+    assert floor_of(41, f"{sql}\n{_SAYS};") == 28
+
+
+def test_no_migration_changes_how_strings_are_read() -> None:
+    """The reading above, and the server under the runner, take a backslash in ``'...'`` for
+    itself (``standard_conforming_strings`` on): a migration turning it off would run SQL
+    the reading took for a string."""
+    changes = [
+        p.name
+        for p in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+        if reads_strings_otherwise(p.read_text(encoding="utf-8"))
+    ]
+    assert not changes, f"{changes} set standard_conforming_strings: leave it on"
+
+
+@pytest.mark.parametrize(
+    ("sql", "flagged"),
+    [
+        ("SET standard_conforming_strings = off;", True),
+        ("SET LOCAL Standard_Conforming_Strings TO false;", True),
+        ("SELECT set_config('standard_conforming_strings', 'off', true);", True),
+        ("DO $$ BEGIN EXECUTE 'SET standard_conforming_strings = off'; END $$;", True),
+        ("ALTER DATABASE cascade SET standard_conforming_strings = off;", True),
+        ("RESET ALL;", True),  # back to the database's or the role's, which may be off
+        ("reset  all;", True),
+        ("-- no RESET ALL here\nCREATE TABLE t (x int);", False),
+        ("-- standard_conforming_strings stays on\nCREATE TABLE t (x int);", False),
+        ("/* standard_conforming_strings */ CREATE TABLE t (x int);", False),
+    ],
+)
+def test_a_migration_setting_how_strings_are_read_is_flagged(sql: str, flagged: bool) -> None:
+    assert reads_strings_otherwise(sql) is flagged
+
+
+def test_the_reading_takes_a_backslash_in_a_string_for_itself() -> None:
+    """What the server runs with ``standard_conforming_strings`` on (the runner's): with it
+    off, ``'a\\'; -- '`` is one string and the ``DROP`` here runs (``test_migrations.py``
+    shows the runner keeps it on)."""
+    assert not _BREAKS.search(statements("SELECT 'a\\'; -- '; DROP TABLE keep;"))

@@ -87,3 +87,29 @@ async def test_a_pooled_start_stopped_between_tries_ends_at_once_holding_nothing
         await held.rollback()
         await holder.close()
     assert await run_migrations(pooled, tmp_path, **kwargs) == ["0002_y.sql"]
+
+
+async def test_a_pooled_migration_reads_strings_as_the_check_and_leaves_the_setting(
+    empty_db_dsn: str, pgbouncer: PgBouncer, tmp_path: Path
+) -> None:
+    """Behind PgBouncer in transaction mode, on a database with ``standard_conforming_strings``
+    off: the runner's ``SET LOCAL`` turns it on for the migration (its ``DROP`` is in a
+    string and a comment, as the floor check reads it) and leaves every server connection
+    lent to a request as the database sets it."""
+    pooled, kwargs = pgbouncer.pooled(empty_db_dsn), pooler_kwargs("transaction")
+    admin = await asyncpg.connect(empty_db_dsn)
+    try:
+        name = await admin.fetchval("SELECT current_database()")
+        await admin.execute(f'ALTER DATABASE "{name}" SET standard_conforming_strings = off')
+    finally:
+        await admin.close()
+    (tmp_path / "0001_keep.sql").write_text("CREATE TABLE keep (x int);")
+    (tmp_path / "0002_note.sql").write_text("SELECT 'a\\'; -- '; DROP TABLE keep;")
+    assert await run_migrations(pooled, tmp_path, **kwargs) == ["0001_keep.sql", "0002_note.sql"]
+    request = await asyncpg.connect(pooled, **kwargs)
+    try:
+        assert await request.fetchval("SELECT to_regclass('keep') IS NOT NULL")
+        read = {await request.fetchval("SHOW standard_conforming_strings") for _ in range(20)}
+        assert read == {"off"}
+    finally:
+        await request.close()
