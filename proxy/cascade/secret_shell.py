@@ -1,0 +1,78 @@
+"""Parts of the built-in secret patterns for a shell's and a command line's spellings.
+
+A command line's option whose value follows a blank (``mysql --password X``, ``gh auth
+login --token X``), a csh ``setenv``'s name and value, and what a value after a secret's key
+is not: a variable's reference (``PASSWORD=$PW``, ``"${PW}"``: the text holds no secret, as
+``curl -u bob:$PASS`` holds none) and a test runner's verdict after a bare ``PASS``
+(``PASS=FAIL``, ``PASS=PASSED``; its counts are numbers, never values).
+"""
+
+from __future__ import annotations
+
+from proxy.cascade.secret_code import BUILTIN_TYPE
+from proxy.cascade.secret_tokens import NOT_REDACTED
+
+__all__ = ["FLAG_VALUE", "IN_SINGLE", "NOT_A_VARIABLE", "NOT_A_VERDICT", "SETENV_NAME"]
+
+_END = r"(?:[\s,;}\])\"']|\\[nrt\"]|$)"
+# A shell variable's reference, bare or braced, quoted or not, and nothing after it in the
+# value: ``$PW``, ``${DB_PASSWORD}``, ``"$PW"``, ``\"${PW}\"`` in JSON text. A default
+# (``${PW:-hunter2}``) or text around it (``$PW-suffix``) is read as before.
+_VARIABLE = r"\$(?:\{[A-Za-z_][A-Za-z0-9_]{0,64}+\}|[A-Za-z_][A-Za-z0-9_]{0,64}+)"
+NOT_A_VARIABLE = r"(?!(?:\\{0,7}[\"'])?" + _VARIABLE + r"(?:\\{0,7}[\"'])?" + _END + ")"
+
+# A single-quoted value's character after a key read with no quote of its own (a bare
+# ``PASS=``, ``accountKey:``), whose depth in JSON text no key's quote tells: a double quote
+# only where it ends no JSON string (no backslash before it, no ``,``, ``:``, bracket or
+# text's end after it), so a value whose closing ``'`` lies in a later string
+# (``PASS='a", "b": "c'``, escaped or not) is not read across.
+IN_SINGLE = r"(?:[^'\n\"\\]|\\(?![\"\n])|\"(?![ \t]{0,8}(?:[,:}\]]|$)))"
+
+# A test runner's verdict as a bare ``PASS``'s value (``PASS=FAIL``, ``PASS=PASSED``).
+NOT_A_VERDICT = (
+    r"(?!(?:pass(?:ed)?|fail(?:ed|ure|s)?|skip(?:ped)?|ok|error|xfail|xpass|todo)" + _END + ")"
+)
+
+# An option that takes a secret as its next word, its name whole (``--password-stdin``,
+# ``--token-file`` and ``--with-token`` take none): read at the keyed pass's key, which
+# ends where the option's name does. Each is a lookbehind of its own (fixed widths).
+_FLAGS = (
+    "password",
+    "passwd",
+    "token",
+    "api-key",
+    "api_key",
+    "apikey",
+    "api-token",
+    "auth-token",
+    "access-token",
+    "client-secret",
+    "secret",
+    "secret-key",
+    "access-key",
+)
+_FLAG = "(?:" + "|".join(f"(?<=[\\s\"'=]--{f})|(?<=^--{f})" for f in _FLAGS) + ")"
+# Its value: quoted (to the same quote, escaped as JSON text escapes it) or a bare word, never
+# another option (``-u``), a variable (``$TOKEN``), a placeholder (``<key>``, ``[TOKEN]``), a
+# help text's metavar in capitals (``--password PASSWORD``) or type (``--token string``).
+FLAG_VALUE = (
+    _FLAG
+    + r"[ \t]{1,3}+"
+    + NOT_REDACTED
+    + r"(?![\-$<\[{])(?!(?-i:[A-Z][A-Z0-9_]{0,63}+)(?![^\s;|&)]))"
+    + r"(?!"
+    + BUILTIN_TYPE
+    + r"(?![^\s;|&)]))"
+    + r"(?:(?P<flagquote>\\{0,3}[\"'])"
+    + NOT_REDACTED
+    + r"(?![$\-])(?P<secret14>[^\s\"'\\]{1,256}+)(?=(?P=flagquote))"
+    + r"|(?![\"'\\])(?P<secret15>[^\s\"'\\`;|&<>(){}]{1,256}+)(?![^\s;|&)]))"
+)
+
+# csh's ``setenv NAME value`` whose name holds a keyword of the keyed pass or ends in a bare
+# ``PASS`` (``setenv DB_PASSWORD …``, ``setenv PASS …``; never ``setenv PATH …``): the
+# name, read ahead, and the blanks before its value.
+SETENV_NAME = (
+    r"(?i)(?<![\w-])setenv[ \t]{1,8}+(?=[a-z0-9_]{0,40}?(?:passw(?:or)?d|pwd|secret|token"
+    r"|api_?key|access_?key|pass(?![a-z]))[a-z0-9_]{0,40}+[ \t])[a-z_][a-z0-9_]{0,80}+[ \t]{1,8}+"
+)
