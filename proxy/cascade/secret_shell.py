@@ -16,9 +16,11 @@ __all__ = ["FLAG_VALUE", "IN_SINGLE", "NOT_A_VARIABLE", "NOT_A_VERDICT", "SETENV
 
 _END = r"(?:[\s,;}\])\"']|\\[nrt\"]|$)"
 # A shell variable's reference, bare or braced, quoted or not, and nothing after it in the
-# value: ``$PW``, ``${DB_PASSWORD}``, ``"$PW"``, ``\"${PW}\"`` in JSON text. A default
+# value: ``$PW``, ``${DB_PASSWORD}``, ``"$PW"``, ``\"${PW}\"`` in JSON text. Its name is in
+# one case, as a variable's is: ``$Secr3t`` (mixed) is a password's. A default
 # (``${PW:-hunter2}``) or text around it (``$PW-suffix``) is read as before.
-_VARIABLE = r"\$(?:\{[A-Za-z_][A-Za-z0-9_]{0,64}+\}|[A-Za-z_][A-Za-z0-9_]{0,64}+)"
+_NAME = r"(?-i:[A-Z_][A-Z0-9_]{0,64}+|[a-z_][a-z0-9_]{0,64}+)(?![A-Za-z0-9_])"
+_VARIABLE = r"\$(?:\{" + _NAME + r"\}|" + _NAME + ")"
 NOT_A_VARIABLE = r"(?!(?:\\{0,7}[\"'])?" + _VARIABLE + r"(?:\\{0,7}[\"'])?" + _END + ")"
 
 # A single-quoted value's character after a key read with no quote of its own (a bare
