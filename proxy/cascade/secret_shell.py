@@ -65,6 +65,7 @@ FLAG_VALUE = (
     + r"(?!"
     + BUILTIN_TYPE
     + r"(?![^\s;|&)]))"
+    + r"(?![a-z]{1,64}+(?![^\s;|&)])|\*)"
     + r"(?:(?P<flagquote>\\{0,3}[\"'])"
     + NOT_REDACTED
     + r"(?![$\-])(?P<secret14>[^\s\"'\\]{1,256}+)(?=(?P=flagquote))"
