@@ -54,22 +54,42 @@ _FLAGS = (
     "access-key",
 )
 _FLAG = "(?:" + "|".join(f"(?<=[\\s\"'=]--{f})|(?<=^--{f})" for f in _FLAGS) + ")"
-# Its value: quoted (to the same quote, escaped as JSON text escapes it) or a bare word, never
-# another option (``-u``), a variable (``$TOKEN``), a placeholder (``<key>``, ``[TOKEN]``), a
-# help text's metavar in capitals (``--password PASSWORD``) or type (``--token string``).
+# A word that names a value rather than being one: a help text's placeholder or type
+# (``--token string``, ``--password value``) and prose's (``--api-key or …``, ``--token to
+# the command``). Any other word of letters is a password people set (``hunter``).
+_PLACEHOLDER = (
+    r"(?:string|str|text|value|val|token|password|passwd|pass|pw|pwd|key|apikey|secret|word"
+    r"|arg|argument|name|none|null|empty|x+|or|and|to|for|is|are|was|be|the|a|an|in|on|of"
+    r"|with|without|from|as|at|by|if|when|then|not|no|only|also|instead|option|flag|must"
+    r"|may|can|will|should|which|that|this|it|its|here|first|given|takes|set|etc)"
+)
+_WORD_END = r"(?![^\s;|&)])"
+# Its value: quoted (to the same quote, blanks and all, escaped as JSON text escapes it) or
+# a bare word, never another option (``-u``), a variable (``$TOKEN``; ``$Secr3t``, mixed, is
+# a password's), a command's output (``$(cat f)``), a placeholder (``<key>``, ``[TOKEN]``,
+# ``***``; a quoted one holding a mask, ``'Bearer ***'``), a help text's metavar in
+# capitals (``--password PASSWORD``) or a type or word that names a value (``--token
+# string``).
 FLAG_VALUE = (
     _FLAG
     + r"[ \t]{1,3}+"
     + NOT_REDACTED
-    + r"(?![\-$<\[{])(?!(?-i:[A-Z][A-Z0-9_]{0,63}+)(?![^\s;|&)]))"
-    + r"(?!"
+    + NOT_A_VARIABLE
+    + r"(?![\-<\[{*]|\$[({])(?!(?-i:[A-Z][A-Z0-9_]{0,63}+)"
+    + _WORD_END
+    + ")(?!"
     + BUILTIN_TYPE
-    + r"(?![^\s;|&)]))"
-    + r"(?![a-z]{1,64}+(?![^\s;|&)])|\*)"
-    + r"(?:(?P<flagquote>\\{0,3}[\"'])"
+    + _WORD_END
+    + ")(?!"
+    + _PLACEHOLDER
+    + _WORD_END
+    + r")(?:(?P<flagquote>\\{0,3}[\"'])"
     + NOT_REDACTED
-    + r"(?![$\-])(?P<secret14>[^\s\"'\\]{1,256}+)(?=(?P=flagquote))"
-    + r"|(?![\"'\\])(?P<secret15>[^\s\"'\\`;|&<>(){}]{1,256}+)(?![^\s;|&)]))"
+    + r"(?![\-*]|\$[({]|[^\"'\\\r\n]{0,256}?\*\*\*)"
+    + r"(?P<secret14>[^\"'\\\r\n]{1,256}+)(?=(?P=flagquote))"
+    + r"|(?![\"'\\])(?P<secret15>[^\s\"'\\`;|&<>(){}]{1,256}+)"
+    + _WORD_END
+    + ")"
 )
 
 # csh's ``setenv NAME value`` whose name holds a keyword of the keyed pass or ends in a bare

@@ -140,3 +140,41 @@ def test_a_single_quoted_value_after_a_bare_key_is_not_read_across_a_strings_end
     backslashes before the string's end) is no value: the text stays JSON at every depth."""
     doc = {"n": f"{key}'-b 9\\\\:\n9\\\\", "b": {"k": "a'9"}}
     _unnest(redact(_nest(doc, depth), PATTERNS)[0], depth)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # a plain word is a password people set: only a placeholder's or prose's word is none
+        ("mysql --password hunter db", f"mysql --password {REDACTED} db"),
+        ("tool --token correcthorse", f"tool --token {REDACTED}"),
+        ("--password changeme", f"--password {REDACTED}"),
+        # a quoted value holds blanks
+        ("tool --password 'a b c' run", f"tool --password '{REDACTED}' run"),
+        (
+            json.dumps({"cmd": 'login --password "open sesame" -u bob'}),
+            json.dumps({"cmd": f'login --password "{REDACTED}" -u bob'}),
+        ),
+        # a ``$`` before a name in mixed case is a password's, as after a key
+        ("tool --password $Secr3tPw", f"tool --password {REDACTED}"),
+    ],
+)
+def test_an_options_plain_quoted_or_dollar_value_is_redacted(text: str, kept: str) -> None:
+    assert redact(text, PATTERNS) == (kept, 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "give the key with --api-key or CASCADE_API_KEY",
+        "pass --token to the command, --password for mysql",
+        "  --password value   the password",
+        "  --token TEXT  a token",
+        "  --api-key key   your key",
+        "  --secret secret  the secret",
+        "tool --password *** run",
+        "tool --password $(cat ~/.pw) run",
+    ],
+)
+def test_an_options_placeholder_or_prose_word_stays(text: str) -> None:
+    assert redact(text, PATTERNS) == (text, 0)
