@@ -67,7 +67,8 @@ _WORD_END = r"(?![^\s;|&)])"
 # Its value: quoted (to the same quote, blanks and all, escaped as JSON text escapes it) or
 # a bare word, never another option (``-u``), a variable (``$TOKEN``; ``$Secr3t``, mixed, is
 # a password's), a command's output (``$(cat f)``), a placeholder (``<key>``, ``[TOKEN]``,
-# ``***``; a quoted one holding a mask, ``'Bearer ***'``), a help text's metavar in
+# ``***``; a quoted one holding a mask, ``'Bearer ***'``), no JSON string's end (its
+# quote before ``,``, ``:``, a bracket: ``"--token ", "b"``), a help text's metavar in
 # capitals (``--password PASSWORD``) or a type or word that names a value (``--token
 # string``).
 FLAG_VALUE = (
@@ -83,7 +84,7 @@ FLAG_VALUE = (
     + ")(?!"
     + _PLACEHOLDER
     + _WORD_END
-    + r")(?:(?P<flagquote>\\{0,3}[\"'])"
+    + r")(?:(?P<flagquote>\\{0,3}[\"'])(?![ \t]{0,8}+[,:}\]])"
     + NOT_REDACTED
     + r"(?![\-*]|\$[({]|[^\"'\\\r\n]{0,256}?\*\*\*)"
     + r"(?P<secret14>[^\"'\\\r\n]{1,256}+)(?=(?P=flagquote))"

@@ -178,3 +178,12 @@ def test_an_options_plain_quoted_or_dollar_value_is_redacted(text: str, kept: st
 )
 def test_an_options_placeholder_or_prose_word_stays(text: str) -> None:
     assert redact(text, PATTERNS) == (text, 0)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("value", ["--password ", "x --token ", "--api-key\t"])
+def test_an_option_at_a_strings_end_reads_no_value_across_it(value: str, depth: int) -> None:
+    """An option ending a JSON string (``"--password ", "b": "c"``): the quote after it ends
+    the string, and what follows it to the next string's quote is no value."""
+    doc = {"n": value, "b": [{"k": "a b"}], "c": value}
+    assert _unnest(redact(_nest(doc, depth), PATTERNS)[0], depth) == doc
