@@ -64,6 +64,9 @@ _PLACEHOLDER = (
     r"|may|can|will|should|which|that|this|it|its|here|first|given|takes|set|etc)"
 )
 _WORD_END = r"(?![^\s;|&)])"
+# The blanks between an option and its value, a shell's ``\`` continuation among them, as
+# JSON text escapes it too (``--password \\\n  X``).
+_GAP = r"(?:[ \t]{1,3}+|[ \t]{1,3}+\\(?:\r?\n|\\\\n)[ \t]{0,8}+)"
 # Its value: quoted (to the same quote, blanks and all, escaped as JSON text escapes it) or
 # a bare word, never another option (``-u``), a variable (``$TOKEN``; ``$Secr3t``, mixed, is
 # a password's), a command's output (``$(cat f)``), a placeholder (``<key>``, ``[TOKEN]``,
@@ -73,7 +76,7 @@ _WORD_END = r"(?![^\s;|&)])"
 # string``).
 FLAG_VALUE = (
     _FLAG
-    + r"[ \t]{1,3}+"
+    + _GAP
     + NOT_REDACTED
     + NOT_A_VARIABLE
     + r"(?![\-<\[{*]|\$[({])(?!(?-i:[A-Z][A-Z0-9_]{0,63}+)"

@@ -187,3 +187,22 @@ def test_an_option_at_a_strings_end_reads_no_value_across_it(value: str, depth: 
     the string, and what follows it to the next string's quote is no value."""
     doc = {"n": value, "b": [{"k": "a b"}], "c": value}
     assert _unnest(redact(_nest(doc, depth), PATTERNS)[0], depth) == doc
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("mysql \\\n  --password \\\n  Hunter22 db", f"mysql \\\n  --password \\\n  {REDACTED} db"),
+        (
+            json.dumps({"cmd": "login --token \\\n  gho_Zq8vW2pL9k \\\n  -u bob"}),
+            json.dumps({"cmd": f"login --token \\\n  {REDACTED} \\\n  -u bob"}),
+        ),
+    ],
+)
+def test_an_options_value_on_its_continuation_line_is_redacted(text: str, kept: str) -> None:
+    assert redact(text, PATTERNS) == (kept, 1)
+
+
+def test_an_option_before_a_continuation_line_of_options_stays() -> None:
+    text = "docker login \\\n  --password \\\n  --username bob"
+    assert redact(text, PATTERNS) == (text, 0)
