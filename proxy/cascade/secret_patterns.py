@@ -11,6 +11,7 @@ other way round (the value first). A value is also a YAML block scalar's lines, 
 
 from __future__ import annotations
 
+from proxy.cascade import secret_shell as shell
 from proxy.cascade.secret_blocks import (
     BLANK,
     BLOCK,
@@ -157,10 +158,11 @@ _CLOSED_ESCAPED = r"(?=\\\"(?:[\s,;}\])\"'>]|\\[nrt\"]|$))"
 _LINE_NUMBER = r"(?:(?<=[\n ])|(?<=\\n))[0-9]{1,9}+(?:\t|\\t|\u2192|\\u2192|:)"
 
 
-def _secret_value(block: str) -> str:
+def _secret_value(block: str, single: str = r"[^'\n]") -> str:
     return (
         NODE_PROPERTIES
         + NOT_BETWEEN_STRINGS
+        + shell.NOT_A_VARIABLE
         + r"(?!(?:\\{7}|\\\\\\|\\)?[\"']?\[REDACTED\])(?:"
         + block
         + "|"
@@ -175,7 +177,9 @@ def _secret_value(block: str) -> str:
         + OWN_QUOTE
         + r"|(?!"
         + GAP
-        + r")(?P<secret2>[^'\n]{1,500})')|"
+        + r")(?P<secret2>"
+        + single
+        + "{1,500})')|"
         + r"\\\"(?P<secret4>(?:\\\\\\\"|[^\"\\\n]|\\[^\"\n]){1,500}"
         + _CLOSED_ESCAPED
         + r"|(?:[^\"\\\n]|\\[^\"\n]){1,500})\\\"|"
@@ -207,6 +211,7 @@ def _secret_value(block: str) -> str:
 
 
 _SECRET_VALUE = _secret_value(BLOCK)
+_UNKEYED_VALUE = _secret_value(BLOCK, shell.IN_SINGLE)
 _AUTHORIZATION = "authorization"
 # A key written in words, as a password manager labels a field (``"label": "API Key"``,
 # ``"Secret Key"``): a name's text, never a key's, so the sibling pattern alone reads it.
@@ -354,6 +359,8 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
     + _secret_value(KEYED_BLOCK)
+    + "|"
+    + shell.FLAG_VALUE
     + ")",
     # Credentials in a command's, a file's or a header's syntax (``secret_tokens``), and
     # a password keyed by a bare ``pass`` after another word (``DB_PASS=…``, never
@@ -370,15 +377,21 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     # nor ``pass:``), and a storage account's key as its SDKs and YAML spell it
     # (``accountKey: …``, ``account_key=…``, ``storageAccountKey``; a connection string's is
     # ``ACCOUNT_KEY``'s), or az's option (``--account-key …``: base64 only, no variable). A
-    # line's start in JSON text is an escape's end (``\nPASS=…``).
-    r"(?i)(?:(?<![a-z0-9_.$\-])|(?<=\\[nrt]))pass=" + _SECRET_VALUE,
+    # line's start in JSON text is an escape's end (``\nPASS=…``). ``PASS = …`` is spaced as
+    # an .env or .ini file may space it; a test runner's verdict is no value (``PASS=FAIL``).
+    # Their keys have no quote telling a value's depth in JSON text (``shell.IN_SINGLE``).
+    r"(?i)(?:(?<![a-z0-9_.$\-])|(?<=\\[nrt]))pass(?:=|[ \t][ \t]{0,7}+=(?![=~])[ \t]{0,3})"
+    + shell.NOT_A_VERDICT
+    + _UNKEYED_VALUE,
     r"(?i)(?:(?<![a-z0-9])|(?<=[a-z0-9])(?=(?-i:A)))account[_\-]?key(?:"
     + _assigned(3, _KEY_QUOTE)
     + _AS_QUOTED
-    + _SECRET_VALUE
+    + _UNKEYED_VALUE
     + r"|(?<=--account-key)[ \t]{1,3}(?:\\{0,3}[\"'])?"
     + NOT_REDACTED
     + r"(?P<secret12>[A-Za-z0-9+/]{8,1000}+={0,2})(?![^\s\"'\\]))",
+    # csh's ``setenv PASS …`` (``secret_shell``).
+    shell.SETENV_NAME + _UNKEYED_VALUE,
 )
 """Built-in secret patterns, applied before any configured ones (order matters: specific
 shapes first, the generic assignment last)."""

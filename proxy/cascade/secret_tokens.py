@@ -116,10 +116,15 @@ CURL_USER = (
 )
 # The pair glued to the option (``curl -ubob:pass``, ``'-ubob:pass'``) or to a bundle of flags
 # it ends (``-sSfu bob:pass``, ``-fsSLubob:pass``), read on a ``curl`` command's line (its
-# lines joined by ``\`` at their ends), up to 16 words on: a bare ``-u`` literal would be
-# tried at every ``-u`` of every text (``-update``, ``sort -u``) and slow the scan of each.
-_BLANKS = r"[ \t]{1,8}+(?:\\\r?\n[ \t]{0,8}+)?+"
-_CURL_LINE = r"(?<![\w-])curl(?:" + _BLANKS + r"[^\s]{1,200}+){0,16}?" + _BLANKS
+# lines joined by ``\`` at their ends; in JSON text an escaped line's end ends it) after a
+# blank: a bare ``-u`` literal would be tried at every ``-u`` of every text (``-update``,
+# ``sort -u``) and slow the scan of each. The line is read to the next ``curl`` word, so
+# each character of a line of many is read from one ``curl`` only, and at most 3,400
+# characters on, so that a match, the pair after them, stays within ``REDACT_PAST``.
+_LINE_CHAR = r"(?:[^\r\n\\]|\\(?![nr])|\r(?<=\\\r)|\n(?:(?<=\\\n)|(?<=\\\r\n)))"
+_CURL_LINE = (
+    r"(?<![\w-])curl(?=[ \t])(?:(?!(?<![\w-])curl[ \t])" + _LINE_CHAR + r"){1,3400}?(?<=[ \t\n])"
+)
 CURL_USER_GLUED = (
     _CURL_LINE
     + r"(?:\\{0,3}['\"])?-(?:[A-Za-z]{1,8}?[uU](?:[ \t]{1,3}(?:\\{0,3}['\"])?)?|[uU])"
@@ -181,7 +186,7 @@ CURL_COOKIE = (
 # ... and a bare ``-b sid=…``, read on a ``curl`` command's line as the glued pair is: a bare
 # ``-b name=value`` is a flag's elsewhere (``git checkout -b feat=x``, ``make -b V=1``), and
 # one whose name or value begins with ``-`` is a flag's on it too (``CFLAGS=-O2``). Its
-# value reads at most 768 characters, so that a match, its 16 words before it, stays within
+# value reads at most 768 characters, so that a match, its line before it, stays within
 # ``REDACT_PAST``.
 CURL_COOKIE_BARE = (
     _CURL_LINE

@@ -115,19 +115,24 @@ def test_an_entry_named_for_a_secret_is_logged_whole_at_start_up(name: str, fmt:
     """The start-up block's provider line and stages, and the warnings of a model and an
     unset key, for an entry or tenant named for a token or a password: ``provider
     github-token: http://…`` was logged ``provider github-token: [REDACTED]``,
-    ``models.db_password: [REDACTED] no …``, ``tenant 'secret': [REDACTED] is unset``."""
+    ``models.db_password: [REDACTED] no …``, ``tenant 'secret': [REDACTED] is unset``.
+    ``$K_A`` is a variable's reference, no value, so its line keeps the colon every tenant's
+    has; ``$Team_Key`` (a name in mixed case) still reads as a value, so its line has none."""
     raw = {
         "providers": {name: {"baseUrl": "http://127.0.0.1:9/v1"}},
         "agents": {"default": {"provider": name}, name: {"model": "m"}},
         "models": {"default": {"contextLimit": 5000}, name: {"reservedOutput": 10}},
-        "auth": {"keys": [{"keyEnv": "K_A", "tenant": name}]},
+        "auth": {
+            "keys": [{"keyEnv": "K_A", "tenant": name}, {"keyEnv": "Team_Key", "tenant": name}]
+        },
     }
     cfg = parse_config(raw, {})
     block = startup_banner(Settings(), cfg, {}, database="", embedded_at=None, paths=())
     lines = [*block.splitlines(), *config_warnings(cfg, {})]
     assert f"provider {name} at http://127.0.0.1:9/v1, no apiKeyEnv" in block
     assert any(line.startswith(f"models.{name} sets no contextLimit") for line in lines)
-    assert f"auth key of tenant '{name}' $K_A is unset, no request can use it" in lines
+    assert f"auth key of tenant '{name}': $K_A is unset, no request can use it" in lines
+    assert f"auth key of tenant '{name}' $Team_Key is unset, no request can use it" in lines
     assert [line for line in lines if REDACTED in _written(line, fmt)] == []
 
 
