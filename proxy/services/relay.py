@@ -301,7 +301,7 @@ def _handle(
     if (why := chunk_faults.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
-    if (failure := chunk_faults.error_answer(chunk)) is not None:
+    if (failure := chunk_faults.chunk_error(chunk)) is not None:
         out.provider_error = out.scrub(failure[1])
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
