@@ -47,3 +47,27 @@ def test_an_error_inside_a_chunk_raises_in_the_sdk_and_stores_no_reply(
     with pytest.raises(openai.APIError, match="Provider disconnected"):
         list(stream)
     assert live_messages(http, "in-chunk-error") == turn
+
+
+@pytest.mark.parametrize("choices", [{}, {"choices": None}], ids=["no-choices", "null-choices"])
+def test_a_usage_frame_without_choices_the_client_did_not_ask_for_is_not_relayed(
+    proxy: Any, fake_upstream: FakeUpstream, choices: dict[str, Any]
+) -> None:
+    # The proxy asks every stream for its usage. A provider whose usage-only frame leaves
+    # "choices" out (or null) must not send it to a client that never asked: the SDK's
+    # stream helper iterates every chunk's choices and fails on it.
+    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    frames = [
+        frame({"role": "assistant", "content": "hi"}),
+        frame({}, "stop"),
+        f"data: {json.dumps({**HEAD, **choices, 'usage': usage})}\n\n",
+        "data: [DONE]\n\n",
+    ]
+    fake_upstream.script(raw(*frames))
+    client = sdk(proxy, "usage-no-choices")
+    with client.chat.completions.stream(
+        model="m", messages=[{"role": "user", "content": "go"}]
+    ) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content == "hi"
+    assert final.usage is None
