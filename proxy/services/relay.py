@@ -336,11 +336,12 @@ def _out(
     data: bytes, chunk: dict[str, Any], *, intercept: bool, held: list[bytes], client: ClientStream
 ) -> list[bytes]:
     """A chat chunk's frame: held with the round's ending when it finishes a choice and the
-    round may be internal, held as bare (``ClientStream.hold_bare``), or sent now."""
+    round may be internal, or comes after such a frame (Azure's content-filter chunk after
+    the finish: it keeps its place), held as bare (``ClientStream.hold_bare``), or sent now."""
     finishes = any(c.get("finish_reason") for c in chunk.get("choices") or [])
     if intercept and not (finishes or held) and client.hold_bare(chunk, data):
         return []
-    return _send(data, hold=intercept and finishes, held=held)
+    return _send(data, hold=intercept and (finishes or bool(held)), held=held)
 
 
 def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:

@@ -1,7 +1,7 @@
 """Streams of providers that are not OpenAI, read by the official SDK through the real proxy:
 an error a provider sends inside a chat chunk (OpenRouter's mid-stream error beside a choice
-finished with ``"error"``), which the SDK raises on and the proxy must not store as a whole
-reply."""
+finished with ``"error"``), a usage frame without ``choices`` the client did not ask for, and
+Azure's content-filter chunk after the finish while ``read_tool_output`` is offered."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ import pytest
 
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
+from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS, history
 from tests.integration.api.sessions_helpers import live_messages
-from tests.integration.transcripts import sdk
+from tests.integration.api.test_read_tool_output_answers import (
+    config_path,  # noqa: F401  (its config cuts the history's tool output: the tool is offered)
+)
+from tests.integration.transcripts import blob, sdk
 
 HEAD = {"id": "gen-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -71,3 +75,35 @@ def test_a_usage_frame_without_choices_the_client_did_not_ask_for_is_not_relayed
         final = stream.get_final_completion()
     assert final.choices[0].message.content == "hi"
     assert final.usage is None
+
+
+def test_azures_filter_chunk_after_the_finish_keeps_its_place_beside_read_tool_output(
+    proxy: Any, fake_upstream: FakeUpstream
+) -> None:
+    # With read_tool_output offered the finish frame waits for the round's end (the round may
+    # turn out the proxy's own); Azure's content-filter chunk that follows it must wait too,
+    # not overtake it: the client reads the frames in the order the provider sent them.
+    trailing = {"hate": {"filtered": False, "severity": "safe"}}
+    offsets = {"check_offset": 0, "start_offset": 0, "end_offset": 2}
+    filtered = {
+        "index": 0,
+        "finish_reason": None,
+        "delta": {},
+        "content_filter_results": trailing,
+        "content_filter_offsets": offsets,
+    }
+    frames = [
+        frame({"role": "assistant", "content": "ok"}),
+        frame({}, "stop"),
+        f"data: {json.dumps({**HEAD, 'choices': [filtered]})}\n\n",
+        "data: [DONE]\n\n",
+    ]
+    fake_upstream.script(raw(*frames))
+    messages = history("call_big", blob(9000, "big"))
+    stream = sdk(proxy, "azure-trailing").chat.completions.create(
+        model="m", messages=messages, tools=CLIENT_TOOLS, stream=True
+    )
+    seen = [chunk.choices[0].model_dump() for chunk in stream]
+    assert "read_tool_output" in json.dumps(fake_upstream.bodies()[-1]["tools"])
+    order = [(c["finish_reason"], "content_filter_offsets" in c) for c in seen]
+    assert order == [(None, False), ("stop", False), (None, True)]
