@@ -151,8 +151,9 @@ async def relay_round(
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
             if ends(out, over):  # a malformed or oversized event: the round ends before it
                 break
-        if intercept:
-            for piece in held if not out.only_internal else unfinished(held):
+        if intercept:  # a round that failed is no internal one: its error goes out whole
+            internal = out.only_internal and not out.provider_error
+            for piece in unfinished(held) if internal else held:
                 yield client.emit(piece)
         if tail.strip():
             yield client.emit(tail)

@@ -1,7 +1,8 @@
 """Streams of providers that are not OpenAI, read by the official SDK through the real proxy:
 an error a provider sends inside a chat chunk (OpenRouter's mid-stream error beside a choice
-finished with ``"error"``), a usage frame without ``choices`` the client did not ask for, and
-Azure's content-filter chunk after the finish while ``read_tool_output`` is offered."""
+finished with ``"error"``), alone or ending a round that called ``read_tool_output``, a usage
+frame without ``choices`` the client did not ask for, and Azure's content-filter chunk after
+the finish while ``read_tool_output`` is offered."""
 
 from __future__ import annotations
 
@@ -107,3 +108,29 @@ def test_azures_filter_chunk_after_the_finish_keeps_its_place_beside_read_tool_o
     assert "read_tool_output" in json.dumps(fake_upstream.bodies()[-1]["tools"])
     order = [(c["finish_reason"], "content_filter_offsets" in c) for c in seen]
     assert order == [(None, False), ("stop", False), (None, True)]
+
+
+def test_an_error_chunk_ending_a_round_that_called_read_tool_output_reaches_the_sdk(
+    proxy: Any, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # The round called only the proxy's tool, so its ending is held back for the next round;
+    # but the error chunk that ended it (a choice finished with "error", nothing in its delta)
+    # is no ending to hide: the stream failed, and the client must hear it.
+    failure = {"code": "server_error", "message": "Provider disconnected unexpectedly"}
+    args = json.dumps({"handle": "call_big", "offset": 0})
+    read = {"id": "int_1", "type": "function"}
+    frames = [
+        frame({"role": "assistant", "content": None}),
+        frame({"tool_calls": [{"index": 0, **read, "function": {"name": "read_tool_output"}}]}),
+        frame({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
+        frame({}, "error", error=failure),
+        "data: [DONE]\n\n",
+    ]
+    fake_upstream.script(raw(*frames), reply("unused"))
+    messages = history("call_big", blob(9000, "big"))
+    stream = sdk(proxy, "internal-error").chat.completions.create(
+        model="m", messages=messages, tools=CLIENT_TOOLS, stream=True
+    )
+    with pytest.raises(openai.APIError, match="Provider disconnected"):
+        list(stream)
+    assert len(live_messages(http, "internal-error")) == len(messages)
