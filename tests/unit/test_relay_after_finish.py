@@ -1,8 +1,9 @@
 """What comes after a finish frame the relay holds (``read_tool_output`` offered): a frame that
 says nothing more (Azure's content-filter chunk) keeps its place behind it, but one that says
 more (text a provider sends after its finish, or after an early usage frame) goes out at its
-read, never buffered to the round's end; and an error frame that carries usage but no choices
-is no usage-only frame to drop."""
+read, never buffered to the round's end; an error frame that carries usage but no choices is
+no usage-only frame to drop; and a usage frame without ``choices`` is read whether or not it
+goes out."""
 
 from __future__ import annotations
 
@@ -86,3 +87,25 @@ async def test_an_error_frame_with_usage_but_no_choices_reaches_the_client() -> 
     ]
     assert any("error" in c for c in chunks(got))
     assert out.provider_error == "type 'server_error'"
+
+
+@pytest.mark.parametrize("asked", [True, False], ids=["asked", "not-asked"])
+async def test_a_usage_frame_without_choices_is_read_and_goes_out_untouched_if_asked(
+    asked: bool,
+) -> None:
+    usage = b'data: {"id": "c-1", "usage": {"prompt_tokens": 3, "total_tokens": 4}}\n\n'
+    body = _Gated([frame({"content": "a"}, "stop"), usage])
+    body.go.set()
+    out = RoundOutcome()
+    got = [
+        p
+        async for p in relay_round(
+            body,  # type: ignore[arg-type]
+            out,
+            strip_usage=not asked,
+            intercept=False,
+            keepalive=5,
+        )
+    ]
+    assert (usage in got) is asked  # the provider's bytes, as they came
+    assert out.acc.usage == {"prompt_tokens": 3, "total_tokens": 4}  # stored either way
