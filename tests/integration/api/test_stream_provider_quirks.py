@@ -16,7 +16,7 @@ import pytest
 from tests.fakes.replies import raw, reply
 from tests.fakes.upstream import FakeUpstream
 from tests.integration.api.read_tool_output_helpers import CLIENT_TOOLS, history
-from tests.integration.api.sessions_helpers import live_messages
+from tests.integration.api.sessions_helpers import live_messages, settled
 from tests.integration.api.test_read_tool_output_answers import (
     config_path,  # noqa: F401  (its config cuts the history's tool output: the tool is offered)
 )
@@ -134,3 +134,40 @@ def test_an_error_chunk_ending_a_round_that_called_read_tool_output_reaches_the_
     with pytest.raises(openai.APIError, match="Provider disconnected"):
         list(stream)
     assert len(live_messages(http, "internal-error")) == len(messages)
+
+
+def test_parallel_calls_split_over_chunks_are_stored_whole_before_a_trailing_filter_chunk(
+    proxy: Any, http: httpx.Client, fake_upstream: FakeUpstream
+) -> None:
+    # Two client calls, every id first, then names, then arguments in pieces, with the proxy's
+    # tool offered (the finish frame is held) and Azure's filter chunk after the finish: the
+    # stream helper and the stored turn each get both calls whole.
+    def calls(*fragments: dict[str, Any]) -> str:
+        return frame({"tool_calls": list(fragments)})
+
+    def fn(index: int, **function: str) -> dict[str, Any]:
+        return {"index": index, "function": function}
+
+    filtered = {"index": 0, "finish_reason": None, "delta": {}, "content_filter_results": {}}
+    frames = [
+        frame({"role": "assistant", "content": None}),
+        calls({"index": 0, "id": "call_a", "type": "function"}),
+        calls({"index": 1, "id": "call_b", "type": "function"}),
+        calls(fn(0, name="run_tests", arguments='{"k"'), fn(1, name="run_tests")),
+        calls(fn(1, arguments='{"k": 2}'), fn(0, arguments=": 1}")),
+        frame({}, "tool_calls"),
+        f"data: {json.dumps({**HEAD, 'choices': [filtered]})}\n\n",
+        "data: [DONE]\n\n",
+    ]
+    fake_upstream.script(raw(*frames))
+    messages = history("call_big", blob(9000, "big"))
+    with sdk(proxy, "split-calls").chat.completions.stream(
+        model="m", messages=messages, tools=CLIENT_TOOLS
+    ) as stream:
+        final = stream.get_final_completion().choices[0]
+    whole = [("call_a", '{"k": 1}'), ("call_b", '{"k": 2}')]
+    assert [(c.id, c.function.arguments) for c in final.message.tool_calls or []] == whole
+    assert final.finish_reason == "tool_calls"
+    settled(http, "split-calls", len(messages) + 1)
+    stored = live_messages(http, "split-calls")[-1]["tool_calls"]
+    assert [(c["id"], c["function"]["arguments"]) for c in stored] == whole
