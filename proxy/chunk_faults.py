@@ -14,7 +14,7 @@ from typing import Any
 
 from proxy.sse import is_map
 
-__all__ = ["error_answer", "malformed"]
+__all__ = ["chunk_error", "error_answer", "malformed"]
 
 
 def malformed(obj: Mapping[str, Any], part: str = "delta") -> str | None:
@@ -85,6 +85,18 @@ def error_answer(obj: Any) -> tuple[dict[str, Any], str] | None:
         err = {"message": str(err), "type": "upstream_error", "param": None, "code": None}
     named = [f"{k} {str(err[k])[:80]!r}" for k in ("type", "code") if err.get(k) is not None]
     return dict(err), ", ".join(named) or "no type or code"
+
+
+def chunk_error(chunk: Any) -> tuple[dict[str, Any], str] | None:
+    """``error_answer`` for a streamed chunk, which also takes an error beside ``choices``:
+    OpenRouter sends its mid-stream failure in a chunk whose choice finishes with
+    ``"error"``, and the openai SDK raises on every event whose data holds an ``error``, so
+    the answer failed whatever the chunk's choices say."""
+    if (failure := error_answer(chunk)) is not None:
+        return failure
+    if is_map(chunk) and chunk.get("error"):
+        return error_answer({"error": chunk["error"]})
+    return None
 
 
 def _kind(value: Any) -> str:

@@ -295,9 +295,12 @@ def usage_of(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
 def is_usage_only(chunk: Mapping[str, Any]) -> bool:
     """The final frame OpenAI sends with ``stream_options.include_usage``: no choices, usage.
 
-    The relay drops it when the proxy asked for usage but the client did not.
+    The relay drops it when the proxy asked for usage but the client did not. Some providers
+    leave ``choices`` out of it, or send it ``null``: the same frame, which the openai SDK's
+    stream helper fails on (it iterates every chunk's choices), so it is no less dropped.
+    One that holds an ``error`` is the provider's error frame, which the client must get.
     """
-    return chunk.get("choices") == [] and usage_of(chunk) is not None
+    return not chunk.get("choices") and usage_of(chunk) is not None and not chunk.get("error")
 
 
 def is_map(value: Any) -> bool:

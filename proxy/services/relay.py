@@ -48,7 +48,7 @@ from typing import Any
 import anyio
 
 from proxy import answers, chunk_faults, chunks, sse
-from proxy.services.client_stream import ClientStream, unfinished
+from proxy.services.client_stream import ClientStream, empty_choice, unfinished
 from proxy.services.relay_calls import has_tool_calls, rewrite
 from proxy.services.round_outcome import RoundOutcome, broke_off, capped, ends, stop_ended
 from proxy.stopping import StopClock
@@ -151,8 +151,9 @@ async def relay_round(
                 yield client.emit(pieces[0] if len(pieces) == 1 else b"".join(pieces))
             if ends(out, over):  # a malformed or oversized event: the round ends before it
                 break
-        if intercept:
-            for piece in held if not out.only_internal else unfinished(held):
+        if intercept:  # a round that failed is no internal one: its error goes out whole
+            internal = out.only_internal and not out.provider_error
+            for piece in unfinished(held) if internal else held:
                 yield client.emit(piece)
         if tail.strip():
             yield client.emit(tail)
@@ -301,7 +302,7 @@ def _handle(
     if (why := chunk_faults.malformed(chunk)) is not None:
         out.error = f"the provider sent a malformed chunk ({why})"
         return []
-    if (failure := chunk_faults.error_answer(chunk)) is not None:
+    if (failure := chunk_faults.chunk_error(chunk)) is not None:
         out.provider_error = out.scrub(failure[1])
     out.acc.add(chunk)
     if sse.is_usage_only(chunk):
@@ -336,11 +337,15 @@ def _out(
     data: bytes, chunk: dict[str, Any], *, intercept: bool, held: list[bytes], client: ClientStream
 ) -> list[bytes]:
     """A chat chunk's frame: held with the round's ending when it finishes a choice and the
-    round may be internal, held as bare (``ClientStream.hold_bare``), or sent now."""
-    finishes = any(c.get("finish_reason") for c in chunk.get("choices") or [])
+    round may be internal, or says nothing more after a held frame (Azure's content-filter
+    chunk after the finish keeps its place); held as bare (``ClientStream.hold_bare``); or
+    sent now, text after a held frame too: a stream is never held to its end."""
+    choices = chunk.get("choices") or []
+    finishes = any(c.get("finish_reason") for c in choices)
     if intercept and not (finishes or held) and client.hold_bare(chunk, data):
         return []
-    return _send(data, hold=intercept and finishes, held=held)
+    trails = bool(held) and all(empty_choice(c) for c in choices)
+    return _send(data, hold=intercept and (finishes or trails), held=held)
 
 
 def _no_chunk(event: bytes, out: RoundOutcome, held: list[bytes]) -> list[bytes]:
