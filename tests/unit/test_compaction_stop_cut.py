@@ -73,19 +73,7 @@ def _no_close(summarizer: compaction.DurableSummarizer) -> None:
 async def test_a_waited_compaction_the_stop_cuts_counts_interrupted_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
-    summarizer = _summarizer(monkeypatch, stop, calling)
-    _started(monkeypatch, summarizer)
-    token = _observed(metrics)
-    try:
-        task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
-        await calling.wait()
-        stop.begin()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    finally:
-        requestlog.end(token)
+    metrics, summarizer = await _waited_cut(monkeypatch, end=COMPACTION_FAILED)
     assert _interrupted(metrics) == 1
     assert summarizer.ending == {}
 
@@ -115,9 +103,9 @@ async def test_a_background_compaction_the_stop_cuts_counts_interrupted_once(
 
 async def _waited_cut(
     monkeypatch: pytest.MonkeyPatch, *events: str, end: str | None = None
-) -> Metrics:
-    """A waited compaction cut by the stop: reporting its start with ``end`` (None: no
-    start reported) and then ``events``."""
+) -> tuple[Metrics, compaction.DurableSummarizer]:
+    """A waited compaction cut by the stop, and its summarizer: reporting its start with
+    ``end`` (None: no start reported) and then ``events``."""
     metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
     summarizer = _summarizer(monkeypatch, stop, calling)
     if end is not None:
@@ -132,24 +120,24 @@ async def _waited_cut(
             await task
     finally:
         requestlog.end(token)
-    return metrics
+    return metrics, summarizer
 
 
 async def test_one_cut_before_its_start_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _interrupted(await _waited_cut(monkeypatch)) == 0
+    assert _interrupted((await _waited_cut(monkeypatch))[0]) == 0
 
 
 async def test_one_cut_after_its_end_event_counts_nothing_more(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    metrics = await _waited_cut(monkeypatch, COMPACTION_FAILED, end=COMPACTION_FAILED)
+    metrics, _ = await _waited_cut(monkeypatch, COMPACTION_FAILED, end=COMPACTION_FAILED)
     assert _interrupted(metrics) == 0  # its failed event counted it (here: a no-op publish)
 
 
 async def test_one_cut_after_its_summarys_insert_counts_completed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    metrics = await _waited_cut(monkeypatch, end=COMPACTION_COMPLETED)
+    metrics, _ = await _waited_cut(monkeypatch, end=COMPACTION_COMPLETED)
     assert _interrupted(metrics) == 0 and _interrupted(metrics, "completed") == 1
 
 

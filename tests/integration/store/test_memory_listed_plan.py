@@ -12,20 +12,9 @@ import pytest
 
 from proxy.store import memory
 from tests.integration.store.helpers import T, create_session
-from tests.integration.store.test_memory_scope_reads import BIG, _rows_read
+from tests.integration.store.test_memory_scope_reads import BIG, _fill, _rows_read
 
 TYPES = "text, text[], bigint, bigint, bigint"
-
-
-async def _fill(conn: Any) -> None:
-    fill = (
-        "INSERT INTO memory (tenant, scope, fact) SELECT $1, $2, $3 || i"
-        " FROM generate_series(1, $4) i"
-    )
-    await conn.execute(fill, T, "agent:a", "a fact ", BIG)
-    await conn.execute(fill, T, "global", "a global fact ", 5)
-    await conn.execute(fill, T, "agent:b", "b fact ", 3)
-    await conn.execute("ANALYZE memory")
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])

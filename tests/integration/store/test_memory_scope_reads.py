@@ -24,9 +24,8 @@ def _rows_read(plan: Any) -> int:
     return read
 
 
-async def test_a_small_scope_beside_a_large_one_reads_its_own_rows(conn: Any) -> None:
-    for sid, agent in (("big", "a"), ("small", "b"), ("plain", "default")):
-        await create_session(conn, tenant=T, session_id=sid, agent=agent, model=None)
+async def _fill(conn: Any) -> None:
+    """A large scope (``agent:a``) beside a small one and ``global``, analysed."""
     fill = (
         "INSERT INTO memory (tenant, scope, fact) SELECT $1, $2, $3 || i"
         " FROM generate_series(1, $4) i"
@@ -35,6 +34,12 @@ async def test_a_small_scope_beside_a_large_one_reads_its_own_rows(conn: Any) ->
     await conn.execute(fill, T, "global", "a global fact ", 5)
     await conn.execute(fill, T, "agent:b", "b fact ", 3)
     await conn.execute("ANALYZE memory")
+
+
+async def test_a_small_scope_beside_a_large_one_reads_its_own_rows(conn: Any) -> None:
+    for sid, agent in (("big", "a"), ("small", "b"), ("plain", "default")):
+        await create_session(conn, tenant=T, session_id=sid, agent=agent, model=None)
+    await _fill(conn)
     explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + memory.SESSION_FACTS
     for sid, facts in (("small", 8), ("plain", 5), ("big", 2002)):
         answer = await conn.fetchval(explain, T, sid, 2002, 0)
