@@ -101,15 +101,14 @@ async def test_a_background_compaction_the_stop_cuts_counts_interrupted_once(
     ), said
 
 
-async def _waited_cut(
-    monkeypatch: pytest.MonkeyPatch, *events: str, end: str | None = None
-) -> tuple[Metrics, compaction.DurableSummarizer]:
-    """A waited compaction cut by the stop, and its summarizer: reporting its start with
-    ``end`` (None: no start reported) and then ``events``."""
-    metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
-    summarizer = _summarizer(monkeypatch, stop, calling)
-    if end is not None:
-        _started(monkeypatch, summarizer, *events, end=end)
+async def _cut_waited(
+    summarizer: compaction.DurableSummarizer,
+    stop: StopClock,
+    calling: asyncio.Event,
+    metrics: Metrics,
+) -> None:
+    """Run ``JOB`` as a compaction a request waits on, observed by ``metrics``, and cut it
+    by the stop once its fake call began (``calling``)."""
     token = _observed(metrics)
     try:
         task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
@@ -120,6 +119,18 @@ async def _waited_cut(
             await task
     finally:
         requestlog.end(token)
+
+
+async def _waited_cut(
+    monkeypatch: pytest.MonkeyPatch, *events: str, end: str | None = None
+) -> tuple[Metrics, compaction.DurableSummarizer]:
+    """A waited compaction cut by the stop, and its summarizer: reporting its start with
+    ``end`` (None: no start reported) and then ``events``."""
+    metrics, stop, calling = Metrics(), StopClock(grace=5.0), asyncio.Event()
+    summarizer = _summarizer(monkeypatch, stop, calling)
+    if end is not None:
+        _started(monkeypatch, summarizer, *events, end=end)
+    await _cut_waited(summarizer, stop, calling, metrics)
     return metrics, summarizer
 
 
@@ -191,16 +202,7 @@ async def test_a_waited_compaction_the_stop_cuts_is_closed_by_it_once_released(
     monkeypatch.setattr(compaction.claims, "release_compaction", released)
     summarizer._closer._pass = closed  # type: ignore[method-assign]
     metrics = Metrics()
-    token = _observed(metrics)
-    try:
-        task = asyncio.create_task(summarizer._run(JOB, wait=True))  # type: ignore[arg-type]
-        await calling.wait()
-        stop.begin()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    finally:
-        requestlog.end(token)
+    await _cut_waited(summarizer, stop, calling, metrics)
     assert steps == ["released", ({(JOB.tenant, JOB.session_id)}, False)]
     assert _interrupted(metrics) == 1
 
