@@ -294,16 +294,18 @@ async def test_an_error_object_instead_of_a_stream_is_an_error_frame_unless_afte
 
 
 class _Stalling(_Body):
-    """A body that stops after its first piece until ``go`` is set, then sends the rest."""
+    """A body that stops after its first ``after`` pieces until ``go`` is set, then sends
+    the rest."""
 
-    def __init__(self, pieces: Sequence[bytes]) -> None:
+    def __init__(self, pieces: Sequence[bytes], after: int = 1) -> None:
         super().__init__(pieces)
-        self.go = asyncio.Event()
+        self.go, self.after = asyncio.Event(), after
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        yield self.pieces[0]
+        for piece in self.pieces[: self.after]:
+            yield piece
         await self.go.wait()
-        for piece in self.pieces[1:]:
+        for piece in self.pieces[self.after :]:
             yield piece
 
 

@@ -8,33 +8,21 @@ goes out."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
 from proxy import sse
 from proxy.services.relay import ClientStream, RoundOutcome, relay_round
-from tests.unit.test_relay import chunks, frame, relay
+from tests.unit.test_relay import _Stalling, chunks, frame, relay
 
 USAGE = b'data: {"id": "c-1", "choices": [], "usage": {"prompt_tokens": 3, "total_tokens": 4}}\n\n'
 MORE = frame({"content": "more"})
 
 
-class _Gated:
-    """A StreamAnswer whose ``[DONE]`` waits until the client got ``MORE``."""
-
-    def __init__(self, pieces: Sequence[bytes]) -> None:
-        self.pieces = pieces
-        self.go = asyncio.Event()
-
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        for piece in self.pieces:
-            yield piece
-        await self.go.wait()
-        yield sse.DONE
-
-    async def aclose(self) -> None:
-        pass
+def _gated(pieces: Sequence[bytes]) -> _Stalling:
+    """A StreamAnswer whose ``[DONE]`` waits until ``go`` is set (the client got ``MORE``)."""
+    return _Stalling([*pieces, sse.DONE], after=len(pieces))
 
 
 @pytest.mark.parametrize(
@@ -43,7 +31,7 @@ class _Gated:
     ids=["after-finish", "after-usage"],
 )
 async def test_text_after_a_held_frame_goes_out_at_its_read(before: list[bytes]) -> None:
-    body = _Gated([frame({"role": "assistant", "content": "a"}), *before, MORE])
+    body = _gated([frame({"role": "assistant", "content": "a"}), *before, MORE])
     got: list[bytes] = []
     async with asyncio.timeout(2):  # held to the end, it never comes: the body waits for it
         async for piece in relay_round(
@@ -73,7 +61,7 @@ async def test_an_error_frame_with_usage_but_no_choices_reaches_the_client() -> 
         b'"usage": {"prompt_tokens": 3, "total_tokens": 3}}\n\n'
     )
     out = RoundOutcome()
-    body = _Gated([frame({"content": "a"}), failure, MORE])
+    body = _gated([frame({"content": "a"}), failure, MORE])
     body.go.set()
     got = [
         p
@@ -94,7 +82,7 @@ async def test_a_usage_frame_without_choices_is_read_and_goes_out_untouched_if_a
     asked: bool,
 ) -> None:
     usage = b'data: {"id": "c-1", "usage": {"prompt_tokens": 3, "total_tokens": 4}}\n\n'
-    body = _Gated([frame({"content": "a"}, "stop"), usage])
+    body = _gated([frame({"content": "a"}, "stop"), usage])
     body.go.set()
     out = RoundOutcome()
     got = [
