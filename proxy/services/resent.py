@@ -149,7 +149,7 @@ class ResentBodies:
         if isinstance(parsed, dict) and isinstance(parsed.get("messages"), list):
             end = _split(raw)
             if end is not None:
-                self._put(key, _Entry(raw, end, parsed, values=structure(raw), counted=counted))
+                self.keep(key, raw, parsed, end, counted)
         return parsed
 
     def extends(self, key: Any, raw: bytes) -> bool:
