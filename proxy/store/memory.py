@@ -34,7 +34,8 @@ FROM (SELECT DISTINCT unnest($2::text[])) AS q(scope)
 CROSS JOIN LATERAL (
     SELECT id, scope, fact, source_session, created_at FROM memory
     WHERE tenant = $1 AND scope >= q.scope AND scope <= q.scope AND id > $5
-    ORDER BY scope, id LIMIT $3::bigint + $4::bigint
+    ORDER BY scope, id
+    LIMIT LEAST($3::bigint::numeric + $4::bigint::numeric, 9223372036854775807)::bigint
 ) m
 LEFT JOIN sessions s ON s.tenant = $1 AND s.id = m.source_session
 ORDER BY m.id LIMIT $3 OFFSET $4
@@ -263,7 +264,8 @@ SELECT fact FROM (
     (SELECT id, fact FROM memory
      WHERE tenant = $1 AND scope >= 'global' AND scope <= 'global'
        AND EXISTS (SELECT FROM sessions WHERE tenant = $1 AND id = $2)
-     ORDER BY scope, id LIMIT $3::bigint + $4::bigint)
+     ORDER BY scope, id
+     LIMIT LEAST($3::bigint::numeric + $4::bigint::numeric, 9223372036854775807)::bigint)
     UNION ALL
     (SELECT id, fact FROM memory
      WHERE tenant = $1
@@ -271,7 +273,8 @@ SELECT fact FROM (
                      WHERE tenant = $1 AND id = $2 AND agent <> 'default')
        AND scope <= (SELECT 'agent:' || agent FROM sessions
                      WHERE tenant = $1 AND id = $2 AND agent <> 'default')
-     ORDER BY scope, id LIMIT $3::bigint + $4::bigint)
+     ORDER BY scope, id
+     LIMIT LEAST($3::bigint::numeric + $4::bigint::numeric, 9223372036854775807)::bigint)
 ) f
 ORDER BY id LIMIT $3 OFFSET $4
 """

@@ -53,6 +53,7 @@ async def test_the_list_reads_each_scope_once_in_id_order(conn: Any) -> None:
     assert await listed(["global", "agent:b"], after=first, limit=2) == both[1:3]
     assert await listed(["agent:a"], limit=2, offset=BIG - 1) == [f"a fact {BIG}"]
     assert await listed(["none"]) == []
+    assert await listed(["agent:a"], limit=2, offset=2**63 - 1) == []  # no bigint overflow
 
 
 PLAIN = """
